@@ -1,0 +1,1 @@
+"""kuzk: partitioned GPU proofs on Kubernetes."""

@@ -1,0 +1,1 @@
+"""kuzk_prover: the partition prover (NumPy or CuPy) and its pod entrypoint."""
