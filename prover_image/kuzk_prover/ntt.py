@@ -1,0 +1,218 @@
+"""Number-theoretic transforms over BabyBear: forward, inverse and coset, sizes 2^0 … 2^27.
+
+The array path is a four-step transform. A length-n vector is viewed as an n1 x n2 matrix;
+size-n1 transforms run down its columns, a twiddle matrix is applied, the matrix is transposed
+once, and size-n2 transforms run down the columns again. Each batch of column transforms is a
+radix-2 Stockham (autosort) transform along axis 0: every butterfly stage reads two contiguous
+halves and writes rows of the other buffer, the innermost dimension is always a whole batch of
+columns (at least √n elements long), and the output comes out in natural order with no bit
+reversal. So each stage is nine whole-array operations with long inner loops, and the only
+Python loops are over the log2(n) stages.
+
+The inverse transform is the forward one read backwards (x ↦ X[-k mod n] / n), so only forward
+twiddles are ever built. Twiddles are cached per size; the n-element tables (the four-step
+twiddle matrix and the coset powers) are cached only up to 2^22 elements and rebuilt per call
+above that, where they would pin gigabytes.
+
+CuPy arrays go to the hand-written kernels in ``kuzk_prover.cuda`` instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from kuzk_prover import field
+from kuzk_prover.field import GENERATOR, TWO_ADICITY, U64, P
+from kuzk_prover.xp import array_namespace, is_cupy
+
+CACHE_TABLES_UP_TO_LOG2 = 22
+"""n-element tables are cached for n ≤ 2^22 (32 MiB each as uint64)."""
+
+_P = np.uint64(P)
+
+
+def log2_size(n: int) -> int:
+    """log2(n) for a supported transform size, or ValueError naming the size."""
+    log_n = n.bit_length() - 1
+    if n < 1 or n != 1 << log_n or log_n > TWO_ADICITY:
+        msg = f"NTT size {n} is not a power of two between 1 and 2^{TWO_ADICITY}"
+        raise ValueError(msg)
+    return log_n
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_twiddles(log_len: int) -> tuple[np.ndarray, ...]:
+    """Twiddles of each Stockham stage of a size-2^log_len transform, shaped for broadcasting.
+
+    The stage on sub-length m·2 multiplies the difference at position p by ω_{2m}^p.
+    """
+    length = 1 << log_len
+    table = field.powers(field.root_of_unity(log_len), max(length // 2, 1))
+    stages = []
+    stride = 1
+    while length // stride > 1:
+        half = length // stride // 2
+        stages.append(np.ascontiguousarray(table[: half * stride : stride]).reshape(half, 1))
+        stride *= 2
+    return tuple(stages)
+
+
+def _build_twiddle_matrix(log_n1: int, log_n2: int) -> np.ndarray:
+    """T[k1, i2] = ω_n^(k1·i2) for the four-step transform, built by row doubling."""
+    n1, n2 = 1 << log_n1, 1 << log_n2
+    omega = field.root_of_unity(log_n1 + log_n2)
+    table = np.empty((n1, n2), dtype=np.uint64)
+    table[0] = 1
+    filled, row_step = 1, omega
+    while filled < n1:
+        table[filled : 2 * filled] = field.mul(table[:filled], field.powers(row_step, n2))
+        filled *= 2
+        row_step = row_step * row_step % P
+    return table
+
+
+_cached_twiddle_matrix = functools.lru_cache(maxsize=8)(_build_twiddle_matrix)
+
+
+def _twiddle_matrix(log_n1: int, log_n2: int) -> np.ndarray:
+    if log_n1 + log_n2 <= CACHE_TABLES_UP_TO_LOG2:
+        return _cached_twiddle_matrix(log_n1, log_n2)
+    return _build_twiddle_matrix(log_n1, log_n2)
+
+
+def _build_coset_tables(log_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(g^i, g^-i / n) for i < n: the coset shift and the inverse coset's unshift and scale."""
+    n = 1 << log_n
+    shift = field.powers(GENERATOR, n)
+    unshift = field.mul(field.powers(field.inverse_int(GENERATOR), n), U64(field.inverse_int(n)))
+    return shift, unshift
+
+
+_cached_coset_tables = functools.lru_cache(maxsize=8)(_build_coset_tables)
+
+
+def coset_tables(log_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(g^i, g^-i / n) for a size-2^log_n coset, cached up to the table size limit."""
+    if log_n <= CACHE_TABLES_UP_TO_LOG2:
+        return _cached_coset_tables(log_n)
+    return _build_coset_tables(log_n)
+
+
+def _on(xp: ModuleType, table: np.ndarray) -> Any:
+    return table if xp is np else xp.asarray(table)
+
+
+def _stockham_columns(
+    src: Any, dst: Any, scratch: tuple[Any, Any], log_len: int, batch: int, xp: ModuleType
+) -> Any:
+    """Size-2^log_len NTTs down the columns of the (2^log_len, batch) matrix in ``src``.
+
+    ``src`` and ``dst`` are flat buffers of the same size used in turn; returns the one holding
+    the result. ``scratch`` is two flat buffers of half that size.
+    """
+    length = 1 << log_len
+    size = length * batch
+    scratch, scratch2 = scratch[0][: size // 2], scratch[1][: size // 2]
+    span = batch
+    for tw in _stage_twiddles(log_len):
+        half = tw.shape[0]
+        upper = src[: size // 2].reshape(half, span)
+        lower = src[size // 2 :].reshape(half, span)
+        out = dst.reshape(half, 2, span)
+        total, diff = scratch.reshape(half, span), scratch2.reshape(half, span)
+        xp.add(upper, lower, out=total)
+        xp.subtract(total, _P, out=diff)
+        xp.minimum(total, diff, out=out[:, 0, :])
+        xp.add(upper, _P, out=diff)
+        xp.subtract(diff, lower, out=diff)
+        xp.multiply(diff, _on(xp, tw), out=diff)
+        xp.floor_divide(diff, _P, out=total)
+        xp.multiply(total, _P, out=total)
+        xp.subtract(diff, total, out=out[:, 1, :])
+        src, dst = dst, src
+        span *= 2
+    return src
+
+
+def _forward(x: Any, xp: ModuleType) -> Any:
+    """Natural-order forward NTT of the flat uint64 vector ``x`` (not modified)."""
+    n = x.shape[0]
+    log_n = log2_size(n)
+    if n == 1:
+        return x.copy()
+    log_n1 = log_n // 2
+    log_n2 = log_n - log_n1
+    n1, n2 = 1 << log_n1, 1 << log_n2
+    first = xp.array(x, dtype=xp.uint64, copy=True)
+    second = xp.empty_like(first)
+    scratch = (xp.empty(n // 2, dtype=xp.uint64), xp.empty(n // 2, dtype=xp.uint64))
+    columns = _stockham_columns(first, second, scratch, log_n1, n2, xp)
+    other = second if columns is first else first
+    # The twiddle product is reduced in place: other = columns·T, columns = ⌊·/p⌋·p.
+    xp.multiply(columns, _on(xp, _twiddle_matrix(log_n1, log_n2)).reshape(n), out=other)
+    xp.floor_divide(other, _P, out=columns)
+    xp.multiply(columns, _P, out=columns)
+    xp.subtract(other, columns, out=columns)
+    xp.copyto(other.reshape(n2, n1), columns.reshape(n1, n2).T)
+    return _stockham_columns(other, columns, scratch, log_n2, n1, xp)
+
+
+def _reverse_tail(y: Any, xp: ModuleType) -> Any:
+    """y[-k mod n]: turns a forward transform into an unscaled inverse one."""
+    return xp.concatenate((y[:1], y[:0:-1]))
+
+
+def _check(x: Any, xp: ModuleType | None) -> tuple[Any, ModuleType]:
+    xp = array_namespace(x) if xp is None else xp
+    if x.ndim != 1:
+        msg = f"NTT input must be one-dimensional, got shape {tuple(x.shape)}"
+        raise ValueError(msg)
+    log2_size(x.shape[0])
+    return x, xp
+
+
+def ntt(x: Any, /, *, xp: ModuleType | None = None) -> Any:
+    """Evaluations X[k] = Σ x[i]·ω^(ik) of the coefficients ``x`` over H = ⟨ω⟩, |H| = len(x)."""
+    x, xp = _check(x, xp)
+    if is_cupy(xp):
+        from kuzk_prover import cuda
+
+        return cuda.ntt(x)
+    return _forward(x, xp)
+
+
+def intt(y: Any, /, *, xp: ModuleType | None = None) -> Any:
+    """Coefficients of the polynomial whose evaluations over H are ``y``."""
+    y, xp = _check(y, xp)
+    if is_cupy(xp):
+        from kuzk_prover import cuda
+
+        return cuda.intt(y)
+    n = y.shape[0]
+    return field.mul(_reverse_tail(_forward(y, xp), xp), U64(field.inverse_int(n)))
+
+
+def coset_ntt(x: Any, /, *, xp: ModuleType | None = None) -> Any:
+    """Evaluations of the coefficients ``x`` over the coset g·H (g = 31)."""
+    x, xp = _check(x, xp)
+    if is_cupy(xp):
+        from kuzk_prover import cuda
+
+        return cuda.coset_ntt(x)
+    shift, _ = coset_tables(log2_size(x.shape[0]))
+    return _forward(field.mul(x, _on(xp, shift)), xp)
+
+
+def coset_intt(y: Any, /, *, xp: ModuleType | None = None) -> Any:
+    """Coefficients of the polynomial whose evaluations over g·H are ``y``."""
+    y, xp = _check(y, xp)
+    if is_cupy(xp):
+        from kuzk_prover import cuda
+
+        return cuda.coset_intt(y)
+    _, unshift = coset_tables(log2_size(y.shape[0]))
+    return field.mul(_reverse_tail(_forward(y, xp), xp), _on(xp, unshift))
