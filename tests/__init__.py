@@ -1,0 +1,1 @@
+"""kuzk test suites (unit, integration, e2e) and the test environment."""

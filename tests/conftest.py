@@ -1,0 +1,87 @@
+"""Fixtures for every tier: ``cluster`` (one real control plane per test session, started on
+first use, so unit tests never pay for it), ``namespace`` (a fresh namespace per test, with its
+``default`` ServiceAccount ready, deleted afterwards) and ``nodes`` (process-kubelet GPU nodes
+for one test)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.testenv.cluster import Cluster
+from tests.testenv.controlplane import ControlPlane
+from tests.testenv.kubelet import NodeSpec, ProcessKubelet
+from tests.testenv.waiting import wait_for
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    plane = ControlPlane()
+    plane.start()
+    try:
+        yield Cluster(plane)
+    finally:
+        plane.stop()
+
+
+def _short(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"{_short(request.node.name)}-{uuid.uuid4().hex[:5]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+
+    def sa_ready() -> bool:
+        try:
+            cluster.core.read_namespaced_service_account("default", name)
+        except ApiException:
+            return False
+        return True
+
+    wait_for(sa_ready, 30, f"ServiceAccount default in {name}")
+    yield name
+    for pod in cluster.core.list_namespaced_pod(name).items:
+        with contextlib.suppress(ApiException):
+            if pod.metadata.finalizers:
+                cluster.core.patch_namespaced_pod(
+                    pod.metadata.name, name, {"metadata": {"finalizers": None}}
+                )
+            cluster.core.delete_namespaced_pod(pod.metadata.name, name, grace_period_seconds=0)
+    with contextlib.suppress(ApiException):
+        cluster.core.delete_namespace(name)
+
+
+@pytest.fixture
+def nodes(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
+    Callable[..., ProcessKubelet]
+]:
+    """Start process-kubelet nodes for this test: ``nodes(2, gpus=2)``. Node names are unique
+    to the test; the nodes and their pods are removed at teardown."""
+    stack = contextlib.ExitStack()
+    prefix = f"{_short(request.node.name)[:20]}-{uuid.uuid4().hex[:4]}"
+
+    def start(count: int = 1, *, gpus: int = 2, **labels: str) -> ProcessKubelet:
+        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, labels=dict(labels)) for i in range(count)]
+        kubelet = stack.enter_context(cluster.kubelet(specs))
+        for spec in specs:
+            wait_for(lambda s=spec: _node_ready(cluster.core, s.name), 30, f"node {spec.name}")
+        return kubelet
+
+    with stack:
+        yield start
+
+
+def _node_ready(core: client.CoreV1Api, name: str) -> bool:
+    try:
+        node = core.read_node(name)
+    except ApiException:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])

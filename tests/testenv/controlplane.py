@@ -1,0 +1,298 @@
+"""Starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1.
+
+Every component gets free ports, its own log file and is waited on through its health
+endpoint, never a sleep. ``stop()`` ends every process it started (SIGTERM, then SIGKILL), so
+no stray process outlives a test session; ``atexit`` covers an interpreter that exits early.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests.testenv import binaries, pki
+
+CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "pod-garbage-collector-controller",
+    "clusterrole-aggregation-controller",
+    "node-lifecycle-controller",
+)
+
+
+class StartError(RuntimeError):
+    """A component did not become healthy; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    log: Path
+    health_url: str
+    proc: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class ControlPlane:
+    """One control plane. Use as a context manager or call start()/stop()."""
+
+    workdir: Path | None = None
+    with_scheduler: bool = True
+    with_controller_manager: bool = True
+    components: list[Component] = field(default_factory=list)
+    server: str = ""
+    kubeconfig: Path = Path()
+    _owns_workdir: bool = False
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- start -------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> None:
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="kuzk-testenv-"))
+            self._owns_workdir = True
+        wd = self.workdir
+        certs = pki.create(wd / "pki")
+        self.pki = certs
+        bins = {n: binaries.find(n) for n in ("etcd", "kube-apiserver")}
+        etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
+        self.server = f"https://127.0.0.1:{api_port}"
+        self.kubeconfig = wd / "admin.kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump(self.admin_kubeconfig()))
+        atexit.register(self.stop)
+
+        etcd = Component(
+            "etcd",
+            [
+                str(bins["etcd"]),
+                f"--data-dir={wd / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--quota-backend-bytes=4294967296",
+            ],
+            wd / "etcd.log",
+            f"http://127.0.0.1:{etcd_client}/health",
+        )
+        apiserver = Component(
+            "kube-apiserver",
+            [
+                str(bins["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+                f"--secure-port={api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--cert-dir={wd / 'apiserver-certs'}",
+                f"--tls-cert-file={certs.serving_cert}",
+                f"--tls-private-key-file={certs.serving_key}",
+                f"--client-ca-file={certs.ca_cert}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={certs.sa_pub}",
+                f"--service-account-signing-key-file={certs.sa_key}",
+                f"--service-cluster-ip-range={pki.SERVICE_IP.rsplit('.', 1)[0]}.0/24",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--v=1",
+            ],
+            wd / "kube-apiserver.log",
+            f"{self.server}/readyz",
+        )
+        self.components = [etcd, apiserver]
+        deadline = time.monotonic() + timeout
+        self._launch(etcd, deadline)
+        self._launch(apiserver, deadline)
+        later: list[Component] = []
+        if self.with_controller_manager:
+            later.append(self._kcm(free_port()))
+        if self.with_scheduler:
+            later.append(self._scheduler(free_port()))
+        for comp in later:
+            self.components.append(comp)
+            self._spawn(comp)
+        for comp in later:
+            self._wait(comp, deadline)
+
+    def _kcm(self, port: int) -> Component:
+        kc = str(self.kubeconfig)
+        return Component(
+            "kube-controller-manager",
+            [
+                str(binaries.find("kube-controller-manager")),
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={self.pki.sa_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'kcm-certs'}",  # type: ignore[operator]
+                "--use-service-account-credentials=false",
+                "--concurrent-gc-syncs=5",
+                "--node-monitor-period=1s",
+                "--terminated-pod-gc-threshold=1000",
+                "--v=1",
+            ],
+            self.workdir / "kube-controller-manager.log",  # type: ignore[operator]
+            f"https://127.0.0.1:{port}/healthz",
+        )
+
+    def _scheduler(self, port: int) -> Component:
+        kc = str(self.kubeconfig)
+        return Component(
+            "kube-scheduler",
+            [
+                str(binaries.find("kube-scheduler")),
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'scheduler-certs'}",  # type: ignore[operator]
+                "--v=1",
+            ],
+            self.workdir / "kube-scheduler.log",  # type: ignore[operator]
+            f"https://127.0.0.1:{port}/healthz",
+        )
+
+    def _spawn(self, comp: Component) -> None:
+        with comp.log.open("ab") as log:
+            comp.proc = subprocess.Popen(
+                comp.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def _launch(self, comp: Component, deadline: float) -> None:
+        self._spawn(comp)
+        self._wait(comp, deadline)
+
+    def _healthy(self, comp: Component) -> bool:
+        ctx = None
+        if comp.health_url.startswith("https"):
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE  # kcm/scheduler serve self-signed certs
+            ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        try:
+            with urllib.request.urlopen(comp.health_url, timeout=2, context=ctx) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return False
+
+    def _wait(self, comp: Component, deadline: float) -> None:
+        assert comp.proc is not None
+        delay = 0.05
+        while time.monotonic() < deadline:
+            if comp.proc.poll() is not None:
+                msg = (
+                    f"{comp.name} exited with {comp.proc.returncode} during start; "
+                    f"last lines of {comp.log}:\n{tail(comp.log)}"
+                )
+                self.stop()
+                raise StartError(msg)
+            if self._healthy(comp):
+                return
+            time.sleep(delay)  # polling interval of a condition wait, not synchronisation
+            delay = min(delay * 1.5, 0.5)
+        msg = (
+            f"{comp.name} not healthy at {comp.health_url}; "
+            f"last lines of {comp.log}:\n{tail(comp.log)}"
+        )
+        self.stop()
+        raise StartError(msg)
+
+    # --- kubeconfigs -------------------------------------------------------------------
+    def admin_kubeconfig(self) -> dict[str, object]:
+        return self.kubeconfig_for(
+            "kuzk-admin",
+            {
+                "client-certificate": str(self.pki.admin_cert),
+                "client-key": str(self.pki.admin_key),
+            },
+        )
+
+    def kubeconfig_for(self, user: str, credentials: dict[str, str]) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "kuzk-testenv",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [
+                {"name": "kuzk-testenv", "context": {"cluster": "kuzk-testenv", "user": user}}
+            ],
+            "current-context": "kuzk-testenv",
+        }
+
+    # --- stop --------------------------------------------------------------------------
+    def stop(self) -> None:
+        for comp in reversed(self.components):
+            proc = comp.proc
+            if proc is None or proc.poll() is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        keep = os.environ.get("KUZK_KEEP_TESTENV")
+        if self._owns_workdir and self.workdir is not None and not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        self.components = []
