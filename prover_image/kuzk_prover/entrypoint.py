@@ -1,0 +1,151 @@
+"""``kuzk-prover``: the partition pod's command, keeping the pod contract of DESIGN.md section 3.
+
+Exit codes are the contract the operator acts on:
+  0    proven; the result JSON is in the termination message;
+  2    invalid input (KUZK_* env or flags); the reason is on stderr and in the message, and the
+       partition fails without retry;
+  1    anything else (no usable backend, a failed self-check, a crash): retryable;
+  143  stopped by SIGTERM: no message is written, the attempt simply did not finish.
+
+``kuzk-prover --local --proof-kind … --partition … --miner … --sector …`` proves one partition
+without Kubernetes and prints the result JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+
+from kuzk_prover import inputs as inputs_module
+from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
+from kuzk_prover.commitment import SelfCheckFailed
+from kuzk_prover.inputs import InputError, ProofInput
+from kuzk_prover.prover import Result, prove
+from kuzk_prover.termination import message_path, one_line, write_message
+
+log = logging.getLogger("kuzk_prover")
+
+EXIT_OK, EXIT_RETRY, EXIT_INVALID, EXIT_TERMINATED = 0, 1, 2, 143
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. A BaseException, so that no ``except Exception`` can swallow it."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kuzk-prover",
+        description="Prove one partition. In a pod, input comes from KUZK_* env variables.",
+    )
+    parser.add_argument("--local", action="store_true", help="prove from flags, without Kubernetes")
+    parser.add_argument(
+        "--backend", choices=("auto", "numpy", "cupy"), help="override KUZK_BACKEND"
+    )
+    inputs_module.add_arguments(parser)
+    return parser
+
+
+def _fail(path: Path | None, code: int, reason: str) -> int:
+    line = one_line(reason)
+    print(f"kuzk-prover: {line}", file=sys.stderr)
+    if path is not None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            write_message(path, line + "\n")
+        except OSError as exc:
+            log.warning("could not write the termination message to %s: %s", path, exc)
+    return code
+
+
+def _prove(proof: ProofInput, backend: Backend, context: str) -> Result:
+    def on_stage(stage: str) -> None:
+        log.info("stage=%s %s", stage, context)
+
+    return prove(proof, on_stage=on_stage, xp=backend.xp)
+
+
+def _run(
+    proof: ProofInput, env: Mapping[str, str], path: Path | None, attempt: int, context: str
+) -> int:
+    """Choose the backend and prove; the result or the failure as an exit code."""
+    try:
+        backend = select_backend(env)
+    except BackendChoiceError as exc:
+        return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
+    except BackendUnavailable as exc:
+        return _fail(path, EXIT_RETRY, f"no backend: {exc}")
+    try:
+        result = _prove(proof, backend, context)
+    except SelfCheckFailed as exc:
+        return _fail(path, EXIT_RETRY, f"self-check failed, result withheld: {exc}")
+    except MemoryError:
+        return _fail(path, EXIT_RETRY, "out of memory")
+    except Exception as exc:
+        log.exception("proving failed")
+        return _fail(path, EXIT_RETRY, f"proving failed: {type(exc).__name__}: {exc}")
+    return _report(result, path, attempt)
+
+
+def _report(result: Result, path: Path | None, attempt: int) -> int:
+    text = json.dumps(result.message(attempt), separators=(",", ":"), sort_keys=True)
+    # From here on the result is final: a late SIGTERM must not leave it half-written.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    if path is None:
+        print(text)
+        return EXIT_OK
+    try:
+        write_message(path, text)
+    except OSError as exc:
+        log.error("could not write the result to %s: %s", path, exc)
+        return EXIT_RETRY
+    log.info("result commitment=%s written to %s", result.commitment, path)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the prover; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    env = dict(os.environ)
+    if args.backend:
+        env["KUZK_BACKEND"] = args.backend
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        if args.local:
+            try:
+                proof = inputs_module.from_arguments(args)
+            except InputError as exc:
+                return _fail(None, EXIT_INVALID, f"invalid input: {exc}")
+            context = f"partition={proof.partition} local"
+            return _run(proof, env, None, 0, context)
+        path = message_path(env)
+        if any(getattr(args, name) is not None for name in ("proof_kind", "partition", "miner")):
+            return _fail(path, EXIT_INVALID, "invalid input: partition flags need --local")
+        try:
+            pod = inputs_module.from_env(env)
+        except InputError as exc:
+            return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
+        context = f"job={pod.job} partition={pod.proof.partition} attempt={pod.attempt}"
+        return _run(pod.proof, env, path, pod.attempt, context)
+    except Terminated:
+        log.warning("SIGTERM: stopped before finishing; no result written")
+        return EXIT_TERMINATED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""What one partition proves, read from the pod's env or from flags, and validated in one place.
+
+Every bad value is an InputError whose message names the variable and the value, because the
+entrypoint turns it into exit code 2 and a one-line termination message: the operator fails the
+partition at once (no retry can fix its input) and shows that line to the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kuzk_prover.synthesis import derive_seed
+
+PROOF_KINDS = ("winning-post", "window-post", "snap-update", "porep-c2")
+KIND_DEFAULTS = {
+    "winning-post": (1, 22),
+    "window-post": (1, 27),
+    "snap-update": (16, 23),
+    "porep-c2": (10, 24),
+}
+"""(partitions, circuitLog2) of each proof kind, as in DESIGN.md section 2."""
+MIN_LOG2, MAX_LOG2 = 4, 27
+MAX_PARTITIONS = 64
+_RANDOMNESS = re.compile(r"0x[0-9a-fA-F]{64}")
+_INPUT_KEYS = {"sector", "randomness", "circuitLog2", "partitions"}
+
+
+class InputError(ValueError):
+    """The partition's input is invalid; retrying cannot help."""
+
+
+@dataclass(frozen=True)
+class ProofInput:
+    """One partition of one proof."""
+
+    proof_kind: str
+    miner: int
+    sector: int
+    randomness: bytes | None
+    circuit_log2: int
+    partition: int
+    partitions: int
+
+    def seed(self) -> bytes:
+        """The witness seed of this partition."""
+        return derive_seed(
+            self.proof_kind, self.miner, self.sector, self.randomness, self.partition
+        )
+
+
+@dataclass(frozen=True)
+class PodInput:
+    """The env of a partition pod: the job it belongs to and the partition to prove."""
+
+    job: str
+    job_uid: str
+    attempt: int
+    proof: ProofInput
+
+
+def _integer(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an int in [low, high], accepting decimal strings; bools are not ints."""
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{name}={value!r} is not an integer"
+        raise InputError(msg)
+    if value < low or (high is not None and value > high):
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        msg = f"{name}={value} is not in {bounds}"
+        raise InputError(msg)
+    return value
+
+
+def make_input(
+    *,
+    proof_kind: str,
+    miner: Any,
+    sector: Any,
+    randomness: str | None,
+    circuit_log2: Any,
+    partition: Any,
+    partitions: Any,
+    names: Mapping[str, str] | None = None,
+) -> ProofInput:
+    """A validated ProofInput; ``names`` says how each field is called where it came from."""
+    label = {
+        "proof_kind": "proofKind",
+        "miner": "sector.miner",
+        "sector": "sector.number",
+        "randomness": "randomness",
+        "circuit_log2": "circuitLog2",
+        "partition": "partition",
+        "partitions": "partitions",
+        **(names or {}),
+    }
+    if proof_kind not in PROOF_KINDS:
+        msg = f"{label['proof_kind']}={proof_kind!r} is not one of {', '.join(PROOF_KINDS)}"
+        raise InputError(msg)
+    challenge = None
+    if randomness is not None:
+        if not isinstance(randomness, str) or not _RANDOMNESS.fullmatch(randomness):
+            msg = f"{label['randomness']}={randomness!r} is not 0x followed by 64 hex digits"
+            raise InputError(msg)
+        challenge = bytes.fromhex(randomness[2:])
+    count = _integer(label["partitions"], partitions, 1, MAX_PARTITIONS)
+    index = _integer(label["partition"], partition, 0)
+    if index >= count:
+        msg = f"{label['partition']}={index} is not in [0, {count}) ({label['partitions']}={count})"
+        raise InputError(msg)
+    return ProofInput(
+        proof_kind=proof_kind,
+        miner=_integer(label["miner"], miner, 0),
+        sector=_integer(label["sector"], sector, 0),
+        randomness=challenge,
+        circuit_log2=_integer(label["circuit_log2"], circuit_log2, MIN_LOG2, MAX_LOG2),
+        partition=index,
+        partitions=count,
+    )
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        msg = f"{name} is missing or empty"
+        raise InputError(msg)
+    return value
+
+
+def from_env(env: Mapping[str, str]) -> PodInput:
+    """The pod's input from KUZK_JOB, KUZK_JOB_UID, KUZK_PARTITION, KUZK_ATTEMPT,
+    KUZK_PROOF_KIND and KUZK_INPUT (JSON: sector, randomness, circuitLog2, partitions)."""
+    job = _required(env, "KUZK_JOB")
+    job_uid = _required(env, "KUZK_JOB_UID")
+    partition = _required(env, "KUZK_PARTITION")
+    attempt = _integer("KUZK_ATTEMPT", _required(env, "KUZK_ATTEMPT"), 0)
+    proof_kind = _required(env, "KUZK_PROOF_KIND")
+    raw = _required(env, "KUZK_INPUT")
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        msg = f"KUZK_INPUT is not JSON ({exc.msg} at position {exc.pos})"
+        raise InputError(msg) from exc
+    if not isinstance(spec, dict):
+        msg = f"KUZK_INPUT must be a JSON object, got {type(spec).__name__}"
+        raise InputError(msg)
+    unknown = sorted(set(spec) - _INPUT_KEYS)
+    if unknown:
+        msg = f"KUZK_INPUT has unknown keys {unknown}; expected {sorted(_INPUT_KEYS)}"
+        raise InputError(msg)
+    for key in ("sector", "circuitLog2", "partitions"):
+        if key not in spec:
+            msg = f"KUZK_INPUT.{key} is missing"
+            raise InputError(msg)
+    sector = spec["sector"]
+    if not isinstance(sector, dict) or set(sector) != {"miner", "number"}:
+        msg = f"KUZK_INPUT.sector={sector!r} must be an object with exactly miner and number"
+        raise InputError(msg)
+    proof = make_input(
+        proof_kind=proof_kind,
+        miner=sector["miner"],
+        sector=sector["number"],
+        randomness=spec.get("randomness"),
+        circuit_log2=spec["circuitLog2"],
+        partition=partition,
+        partitions=spec["partitions"],
+        names={
+            "proof_kind": "KUZK_PROOF_KIND",
+            "miner": "KUZK_INPUT.sector.miner",
+            "sector": "KUZK_INPUT.sector.number",
+            "randomness": "KUZK_INPUT.randomness",
+            "circuit_log2": "KUZK_INPUT.circuitLog2",
+            "partition": "KUZK_PARTITION",
+            "partitions": "KUZK_INPUT.partitions",
+        },
+    )
+    return PodInput(job=job, job_uid=job_uid, attempt=attempt, proof=proof)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that describe one partition (``kuzk-prover --local``, ``verify``)."""
+    parser.add_argument("--proof-kind", choices=PROOF_KINDS, help="what kind of proof")
+    parser.add_argument("--partition", type=int, help="partition index, from 0")
+    parser.add_argument("--partitions", type=int, help="partitions in the proof (kind default)")
+    parser.add_argument("--circuit-log2", type=int, help="log2 of constraints (kind default)")
+    parser.add_argument("--miner", type=int, help="sector's miner id")
+    parser.add_argument("--sector", type=int, help="sector number")
+    parser.add_argument("--randomness", help="challenge: 0x and 64 hex digits")
+
+
+def from_arguments(args: argparse.Namespace) -> ProofInput:
+    """A ProofInput from the flags of ``add_arguments``, kind defaults filled in."""
+    missing = [
+        flag
+        for flag, value in (
+            ("--proof-kind", args.proof_kind),
+            ("--partition", args.partition),
+            ("--miner", args.miner),
+            ("--sector", args.sector),
+        )
+        if value is None
+    ]
+    if missing:
+        msg = f"missing {', '.join(missing)}"
+        raise InputError(msg)
+    partitions, circuit_log2 = KIND_DEFAULTS[args.proof_kind]
+    return make_input(
+        proof_kind=args.proof_kind,
+        miner=args.miner,
+        sector=args.sector,
+        randomness=args.randomness,
+        circuit_log2=circuit_log2 if args.circuit_log2 is None else args.circuit_log2,
+        partition=args.partition,
+        partitions=partitions if args.partitions is None else args.partitions,
+        names={
+            "miner": "--miner",
+            "sector": "--sector",
+            "randomness": "--randomness",
+            "circuit_log2": "--circuit-log2",
+            "partition": "--partition",
+            "partitions": "--partitions",
+        },
+    )
