@@ -16,8 +16,10 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
+
 from kuzk_prover import ntt, quotient
 from kuzk_prover.field import P
 
@@ -94,10 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         ok &= check(f"intt 2^{log_n}", ntt.intt(x_dev), ntt.intt(x))
         words = x_dev.astype(cupy.uint32)
         passes = len(transform_launches(log_n, dif=True))
-        kernel = device_seconds(
-            lambda w=words, k=log_n: device.transform(w, k, dif=True, inverse=False)
-        )
-        api = device_seconds(lambda d=x_dev: ntt.ntt(d))
+        kernel = device_seconds(partial(device.transform, words, log_n, dif=True, inverse=False))
+        api = device_seconds(partial(ntt.ntt, x_dev))
         moved = passes * 2 * n * WORD
         print(
             f"2^{log_n} NTT: kernels {kernel * 1e3:8.3f} ms ({passes} passes, "
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "habc", got, (reference.h, reference.a, reference.b, reference.c), strict=True
         ):
             ok &= check(f"quotient {name} 2^{log_n}", mine, theirs)
-        seconds = device_seconds(lambda a=a_dev, b=b_dev, c=c_dev, z=z: device.quotient(a, b, c, z))
+        seconds = device_seconds(partial(device.quotient, a_dev, b_dev, c_dev, z))
         floor = floor_bytes(n) / bandwidth
         print(
             f"2^{log_n} quotient: {seconds * 1e3:8.3f} ms, floor {floor * 1e3:7.3f} ms "

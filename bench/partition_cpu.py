@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+
 from kuzk_prover.inputs import make_input
 from kuzk_prover.prover import prove
 

@@ -116,14 +116,14 @@ def _stockham_columns(
     """
     length = 1 << log_len
     size = length * batch
-    scratch, scratch2 = scratch[0][: size // 2], scratch[1][: size // 2]
+    sum_buf, diff_buf = scratch[0][: size // 2], scratch[1][: size // 2]
     span = batch
     for tw in _stage_twiddles(log_len):
         half = tw.shape[0]
         upper = src[: size // 2].reshape(half, span)
         lower = src[size // 2 :].reshape(half, span)
         out = dst.reshape(half, 2, span)
-        total, diff = scratch.reshape(half, span), scratch2.reshape(half, span)
+        total, diff = sum_buf.reshape(half, span), diff_buf.reshape(half, span)
         xp.add(upper, lower, out=total)
         xp.subtract(total, _P, out=diff)
         xp.minimum(total, diff, out=out[:, 0, :])

@@ -9,6 +9,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+
 from kuzk_prover.backend import BackendUnavailable, select_backend
 
 

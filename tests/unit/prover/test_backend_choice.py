@@ -7,6 +7,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+
 from kuzk_prover import backend
 from kuzk_prover.backend import BackendChoiceError, BackendUnavailable, select_backend
 

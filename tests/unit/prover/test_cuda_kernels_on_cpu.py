@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from kuzk_prover import ntt, quotient
 from kuzk_prover.cuda import KERNELS, DevicePipeline
 from kuzk_prover.cuda_source import kernel_source
@@ -45,7 +46,17 @@ def _compile(directory: Path, tile_log2: int) -> ctypes.CDLL:
     source = directory / f"kernels_{tile_log2}.cpp"
     source.write_text(f'#include "{SHIM}"\n{kernel_source(tile_log2)}\n{_WRAPPERS}')
     library = directory / f"kernels_{tile_log2}.so"
-    command = ["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-o", library, source]
+    command = [
+        "g++",
+        "-std=c++20",
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-o",
+        str(library),
+        str(source),
+    ]
     subprocess.run(command, check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(library))
 

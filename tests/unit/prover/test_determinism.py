@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+
 from kuzk_prover.commitment import merkle_root
 from kuzk_prover.inputs import ProofInput, make_input
 from kuzk_prover.prover import prove

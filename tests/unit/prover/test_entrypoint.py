@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from kuzk_prover.inputs import make_input
 from kuzk_prover.verify import verify
 
@@ -45,7 +46,7 @@ def _input_with(**changes: object) -> str:
     return json.dumps({**GOOD_INPUT, **changes})
 
 
-BAD_ENV = {
+BAD_ENV: dict[str, tuple[dict[str, str | None], str]] = {
     "missing partition": ({"KUZK_PARTITION": None}, "KUZK_PARTITION is missing"),
     "partition out of range": ({"KUZK_PARTITION": "4"}, "KUZK_PARTITION=4 is not in [0, 4)"),
     "negative partition": ({"KUZK_PARTITION": "-1"}, "KUZK_PARTITION=-1 is not in"),

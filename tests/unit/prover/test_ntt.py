@@ -7,6 +7,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+
 from kuzk_prover import field, ntt
 from kuzk_prover.field import GENERATOR, P
 

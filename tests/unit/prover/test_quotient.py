@@ -8,6 +8,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+
 from kuzk_prover import commitment, field, prover, synthesis
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.field import P

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from kuzk_prover import field, synthesis
 from kuzk_prover.field import P
 
@@ -37,7 +38,7 @@ def test_seed_depends_on_every_input() -> None:
     base = ("snap-update", 1234, 5678, None, 3)
     seeds = {synthesis.derive_seed(*base)}
     for i, other in enumerate(("window-post", 1235, 5679, b"\x00" * 32, 4)):
-        changed = list(base)
+        changed: list[object] = list(base)
         changed[i] = other
         seeds.add(synthesis.derive_seed(*changed))  # type: ignore[arg-type]
     assert len(seeds) == 6

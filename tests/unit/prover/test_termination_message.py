@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from kuzk_prover.termination import MessageTooLarge, message_path, one_line, write_message
 
 
