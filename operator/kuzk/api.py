@@ -1,0 +1,232 @@
+"""The kuzk API surface shared by the operator, the CRDs and the status server.
+
+Names, label keys, the per-kind defaults table and the resolution of a ProofJob's spec live
+here, once, so the CRD descriptions, the pod builder and the reconciler cannot disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+GROUP = "kuzk.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+PROOFJOB_KIND = "ProofJob"
+PROOFJOB_PLURAL = "proofjobs"
+PROOFJOB_SINGULAR = "proofjob"
+PROOFJOB_SHORT_NAME = "pj"
+WORKERSTATUS_KIND = "WorkerStatus"
+WORKERSTATUS_PLURAL = "workerstatuses"
+WORKERSTATUS_SINGULAR = "workerstatus"
+WORKERSTATUS_SHORT_NAME = "ws"
+CATEGORY = "kuzk"
+
+FINALIZER = "kuzk.io/release-worker"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = "kuzk.io/job"
+LABEL_PARTITION = "kuzk.io/partition"
+LABEL_ATTEMPT = "kuzk.io/attempt"
+LABEL_PROOF_KIND = "kuzk.io/proof-kind"
+PROVER_APP = "kuzk-prover"
+MANAGER = "kuzk"
+
+PARTITIONS_MIN, PARTITIONS_MAX = 1, 64
+CIRCUIT_LOG2_MIN, CIRCUIT_LOG2_MAX = 4, 27
+DEFAULT_BACKOFF_LIMIT_PER_PARTITION = 3
+RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
+
+# Kubernetes names: pods (and our label values) must stay valid DNS labels.
+DNS_LABEL_MAX = 63
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME_HASH_CHARS = 8
+
+
+@dataclass(frozen=True)
+class KindDefaults:
+    """What a proof kind implies when the spec does not say (DESIGN.md section 2)."""
+
+    partitions: int
+    circuit_log2: int
+    priority_class_name: str
+    active_deadline_seconds: int | None
+
+
+PROOF_KINDS: Mapping[str, KindDefaults] = MappingProxyType(
+    {
+        "winning-post": KindDefaults(1, 22, "kuzk-critical", 25),
+        "window-post": KindDefaults(1, 27, "kuzk-high", 30 * 60),
+        "snap-update": KindDefaults(16, 23, "kuzk-normal", None),
+        "porep-c2": KindDefaults(10, 24, "kuzk-normal", None),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Sector:
+    """The sector a ProofJob proves; it seeds the witness."""
+
+    miner: int
+    number: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A ProofJob with every default applied: what the operator actually runs."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    proof_kind: str
+    partitions: int
+    sector: Sector
+    randomness: str
+    circuit_log2: int
+    backoff_limit_per_partition: int
+    active_deadline_seconds: int | None
+    ttl_seconds_after_finished: int | None
+    suspend: bool
+    priority_class_name: str
+    image: str | None
+    resources: Mapping[str, Any]
+    node_selector: Mapping[str, str] | None
+    tolerations: Sequence[Mapping[str, Any]] | None
+
+
+def resolve(job: Mapping[str, Any]) -> JobSpec:
+    """Resolve a ProofJob object into a JobSpec, applying the kind's defaults.
+
+    The partition count, circuit size and randomness define the proof, so once the job's
+    status records them (``status.partitionCount``, ``status.resolved``) those win over the
+    spec and the table: an operator upgrade that changes a default never reshapes a running
+    job, and neither does a spec field added after the job started.
+    """
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    recorded = status.get("resolved") or {}
+    kind = spec.get("proofKind")
+    if kind not in PROOF_KINDS:
+        msg = f"spec.proofKind must be one of {sorted(PROOF_KINDS)}, got {kind!r}"
+        raise ValueError(msg)
+    defaults = PROOF_KINDS[kind]
+    partitions = _first(status.get("partitionCount"), spec.get("partitions"), defaults.partitions)
+    _check_range("spec.partitions", partitions, PARTITIONS_MIN, PARTITIONS_MAX)
+    circuit_log2 = _first(
+        recorded.get("circuitLog2"), spec.get("circuitLog2"), defaults.circuit_log2
+    )
+    _check_range("spec.circuitLog2", circuit_log2, CIRCUIT_LOG2_MIN, CIRCUIT_LOG2_MAX)
+    sector = _sector(spec.get("sector"))
+    randomness = recorded.get("randomness") or spec.get("randomness") or default_randomness(sector)
+    if not re.fullmatch(RANDOMNESS_PATTERN, randomness):
+        msg = f"spec.randomness must be 0x followed by 64 hex digits, got {randomness!r}"
+        raise ValueError(msg)
+    prover = spec.get("prover") or {}
+    deadline = spec.get("activeDeadlineSeconds", defaults.active_deadline_seconds)
+    return JobSpec(
+        name=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation", 0)),
+        proof_kind=kind,
+        partitions=partitions,
+        sector=sector,
+        randomness=randomness,
+        circuit_log2=circuit_log2,
+        backoff_limit_per_partition=int(
+            spec.get("backoffLimitPerPartition", DEFAULT_BACKOFF_LIMIT_PER_PARTITION)
+        ),
+        active_deadline_seconds=deadline,
+        ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
+        suspend=bool(spec.get("suspend", False)),
+        priority_class_name=prover.get("priorityClassName") or defaults.priority_class_name,
+        image=prover.get("image"),
+        resources=prover.get("resources") or {},
+        node_selector=prover.get("nodeSelector"),
+        tolerations=prover.get("tolerations"),
+    )
+
+
+def default_randomness(sector: Sector) -> str:
+    """The challenge used when the spec gives none: derived from the sector, so reproducible."""
+    digest = hashlib.sha256(f"kuzk-randomness:{sector.miner}:{sector.number}".encode())
+    return "0x" + digest.hexdigest()
+
+
+def proof_commitment(commitments: Sequence[str]) -> str:
+    """The job-level commitment: SHA-256 over the partition commitments' bytes, in order."""
+    digest = hashlib.sha256()
+    for commitment in commitments:
+        digest.update(bytes.fromhex(commitment.removeprefix("0x")))
+    return digest.hexdigest()
+
+
+def pod_name(job_name: str, partition: int, attempt: int) -> str:
+    """The deterministic name of one partition attempt's pod: ``<job>-p<index>-a<attempt>``.
+
+    When that is not a valid DNS label (too long, or the job name has dots) the job part is
+    cut and suffixed with a hash of the full job name, so names stay unique and readable.
+    """
+    suffix = f"-p{partition}-a{attempt}"
+    plain = job_name + suffix
+    if len(plain) <= DNS_LABEL_MAX and _DNS_LABEL.match(plain):
+        return plain
+    return _hashed(job_name, DNS_LABEL_MAX - len(suffix)) + suffix
+
+
+def job_label_value(job_name: str) -> str:
+    """The ``kuzk.io/job`` label value: the job's name, hashed down when over 63 characters."""
+    if len(job_name) <= DNS_LABEL_MAX:
+        return job_name
+    return _hashed(job_name, DNS_LABEL_MAX)
+
+
+def job_selector(job_name: str) -> str:
+    """The label selector that finds a job's pods."""
+    return f"{LABEL_JOB}={job_label_value(job_name)}"
+
+
+def format_time(moment: datetime) -> str:
+    """An RFC 3339 UTC timestamp with a ``Z``, at the second precision of metav1.Time."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp as written by the API server."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _hashed(name: str, limit: int) -> str:
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_HASH_CHARS]
+    keep = limit - len(digest) - 1
+    prefix = re.sub(r"[^a-z0-9-]", "-", name[:keep]).strip("-")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
+def _first(*values: Any) -> Any:
+    return next(value for value in values if value is not None)
+
+
+def _check_range(field: str, value: Any, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        msg = f"{field} must be an integer in {low}..{high}, got {value!r}"
+        raise ValueError(msg)
+
+
+def _sector(sector: Any) -> Sector:
+    if not isinstance(sector, Mapping) or not {"miner", "number"} <= sector.keys():
+        msg = f"spec.sector must have miner and number, got {sector!r}"
+        raise ValueError(msg)
+    return Sector(miner=int(sector["miner"]), number=int(sector["number"]))

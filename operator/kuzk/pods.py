@@ -1,0 +1,138 @@
+"""The partition pod manifest: the contract between the operator and any prover image.
+
+DESIGN.md section 3 is the contract; this module is its only writer, so the reconciler, the
+tests and a replacement prover image all read one definition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kuzk import api
+
+CONTAINER_NAME = "prover"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Operator-wide settings for partition pods (flags of ``kuzk operator``)."""
+
+    image: str
+    command: Sequence[str] = ("kuzk-prover",)
+    gpu_resource: str = "nvidia.com/gpu"
+    service_account_name: str = "kuzk-prover"
+
+
+def build_pod(
+    job: Mapping[str, Any], partition: int, attempt: int, settings: PodSettings
+) -> dict[str, Any]:
+    """The manifest of one partition attempt's pod for a ProofJob object."""
+    return pod_manifest(api.resolve(job), partition, attempt, settings)
+
+
+def pod_manifest(
+    spec: api.JobSpec, partition: int, attempt: int, settings: PodSettings
+) -> dict[str, Any]:
+    """The manifest of one partition attempt's pod for an already resolved job."""
+    if not 0 <= partition < spec.partitions:
+        msg = f"partition {partition} is outside 0..{spec.partitions - 1} of job {spec.name}"
+        raise ValueError(msg)
+    if attempt < 1:
+        msg = f"attempt must be at least 1, got {attempt}"
+        raise ValueError(msg)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": settings.service_account_name,
+        "priorityClassName": spec.priority_class_name,
+        "enableServiceLinks": False,
+        "containers": [_container(spec, partition, attempt, settings)],
+    }
+    if spec.node_selector is not None:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations is not None:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in spec.tolerations]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": api.pod_name(spec.name, partition, attempt),
+            "namespace": spec.namespace,
+            "labels": pod_labels(spec, partition, attempt),
+            "ownerReferences": [
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": api.PROOFJOB_KIND,
+                    "name": spec.name,
+                    "uid": spec.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "finalizers": [api.FINALIZER],
+        },
+        "spec": pod_spec,
+    }
+
+
+def pod_labels(spec: api.JobSpec, partition: int, attempt: int) -> dict[str, str]:
+    """The labels that identify a partition pod; the reconciler reads them back."""
+    return {
+        api.LABEL_NAME: api.PROVER_APP,
+        api.LABEL_MANAGED_BY: api.MANAGER,
+        api.LABEL_JOB: api.job_label_value(spec.name),
+        api.LABEL_PARTITION: str(partition),
+        api.LABEL_ATTEMPT: str(attempt),
+        api.LABEL_PROOF_KIND: spec.proof_kind,
+    }
+
+
+def prover_input(spec: api.JobSpec) -> dict[str, Any]:
+    """What ``KUZK_INPUT`` carries: everything a prover needs to rebuild a partition."""
+    return {
+        "sector": {"miner": spec.sector.miner, "number": spec.sector.number},
+        "randomness": spec.randomness,
+        "circuitLog2": spec.circuit_log2,
+        "partitions": spec.partitions,
+    }
+
+
+def _container(
+    spec: api.JobSpec, partition: int, attempt: int, settings: PodSettings
+) -> dict[str, Any]:
+    overrides = spec.resources
+    limits = {settings.gpu_resource: "1", **(overrides.get("limits") or {})}
+    resources: dict[str, Any] = {"limits": limits}
+    if overrides.get("requests"):
+        resources["requests"] = dict(overrides["requests"])
+    values = {
+        "KUZK_JOB": spec.name,
+        "KUZK_JOB_UID": spec.uid,
+        "KUZK_PARTITION": str(partition),
+        "KUZK_ATTEMPT": str(attempt),
+        "KUZK_PROOF_KIND": spec.proof_kind,
+        "KUZK_INPUT": json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
+    }
+    fields = {
+        "POD_NAME": "metadata.name",
+        "POD_UID": "metadata.uid",
+        "POD_NAMESPACE": "metadata.namespace",
+        "NODE_NAME": "spec.nodeName",
+    }
+    env = [{"name": name, "value": value} for name, value in values.items()]
+    env += [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for name, path in fields.items()
+    ]
+    return {
+        "name": CONTAINER_NAME,
+        "image": spec.image or settings.image,
+        "command": list(settings.command),
+        "env": env,
+        "resources": resources,
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
