@@ -1,0 +1,233 @@
+"""Reading partition pods and WorkerStatuses: what one attempt's pod says right now.
+
+The reconciler never remembers events; it reads the pods that exist. This module turns one
+pod (plus the worker that may hold its assignment) into an Outcome, and decides when a pod's
+``kuzk.io/release-worker`` finalizer may go.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from kuzk import api
+from kuzk.actions import ReleaseWorker
+
+# The engine's partition vocabulary, in the order a partition moves through it.
+PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED = (
+    "pending",
+    "scheduled",
+    "synthesizing",
+    "synth_done",
+    "gpu",
+    "done",
+    "failed",
+)
+STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED)
+LIVE_STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU)
+STARTED_STATES = (SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU)
+TERMINAL_STATES = (DONE, FAILED)
+WORKER_STAGES = (SYNTHESIZING, SYNTH_DONE, GPU)
+
+INVALID_INPUT_EXIT_CODE = 2
+# Pod-level reasons the kubelet and controllers give for killing a pod that did nothing wrong.
+DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Terminated", "NodeLost"})
+MESSAGE_LIMIT = 512
+_HEX = re.compile("(?:[0-9a-fA-F]{2})+")
+
+OutcomeKind = Literal["live", "done", "invalid", "failed", "disrupted"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A WorkerStatus worker that holds a pod's assignment."""
+
+    node: str
+    worker: str
+    stage: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt's pod says: still live (with its state), or how it ended."""
+
+    kind: OutcomeKind
+    state: str = PENDING
+    message: str | None = None
+    node: str | None = None
+    worker: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    commitment: str | None = None
+    synth_ms: int | None = None
+    gpu_ms: int | None = None
+
+
+def worker_claims(workers: Iterable[Mapping[str, Any]]) -> dict[str, Claim]:
+    """Index the proving workers of all WorkerStatuses by the pod UID they are working for."""
+    claims: dict[str, Claim] = {}
+    for status_object in workers:
+        node = (status_object.get("spec") or {}).get("nodeName", "")
+        for worker in (status_object.get("status") or {}).get("workers") or []:
+            pod_uid = (worker.get("pod") or {}).get("uid")
+            if worker.get("state") == "proving" and pod_uid:
+                stage = worker.get("stage")
+                claims[pod_uid] = Claim(node, str(worker.get("id", "")), stage)
+    return claims
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The (partition, attempt) a pod's labels name, or None when they are not ours."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    partition, attempt = labels.get(api.LABEL_PARTITION, ""), labels.get(api.LABEL_ATTEMPT, "")
+    if not (partition.isdigit() and attempt.isdigit()) or int(attempt) < 1:
+        return None
+    return int(partition), int(attempt)
+
+
+def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
+    """Whether the pod's controller is the object with this UID (not a deleted namesake)."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(owner.get("controller") and owner.get("uid") == uid for owner in owners)
+
+
+def is_finished(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod ran to an end (Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_deleting(pod: Mapping[str, Any]) -> bool:
+    """Whether someone asked the API server to delete the pod."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def observe(pod: Mapping[str, Any], claims: Mapping[str, Claim]) -> Outcome:
+    """Classify a pod of the partition's current attempt."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    claim = claims.get(meta.get("uid", ""))
+    worker = claim.worker if claim else None
+    started_at = status.get("startTime")
+    phase = status.get("phase")
+    terminated = _terminated(status)
+    finished_at = (terminated or {}).get("finishedAt")
+    common: dict[str, Any] = {
+        "node": node,
+        "worker": worker,
+        "started_at": started_at,
+        "finished_at": finished_at,
+    }
+    if phase == "Succeeded":
+        try:
+            commitment, synth_ms, gpu_ms = parse_result((terminated or {}).get("message"))
+        except ValueError as error:
+            return Outcome("failed", message=f"no usable result: {error}", **common)
+        return Outcome(
+            "done", DONE, commitment=commitment, synth_ms=synth_ms, gpu_ms=gpu_ms, **common
+        )
+    disruption = _disruption(meta, status)
+    if disruption is not None:
+        return Outcome("disrupted", message=disruption, **common)
+    if phase == "Failed":
+        if terminated is None:
+            reason = status.get("reason") or "Failed"
+            text = _clip(f"pod failed: {reason}: {status.get('message') or 'no message'}")
+            return Outcome("failed", message=text, **common)
+        code = terminated.get("exitCode")
+        text = prover_message(terminated)
+        if code == INVALID_INPUT_EXIT_CODE:
+            return Outcome("invalid", message=text, **common)
+        detail = f" ({terminated['reason']})" if terminated.get("reason") else ""
+        return Outcome("failed", message=_clip(f"exit {code}{detail}: {text}"), **common)
+    if not node:
+        state = PENDING
+    elif phase == "Running" and claim is not None and claim.stage in WORKER_STAGES:
+        state = claim.stage
+    else:
+        state = SCHEDULED
+    return Outcome("live", state, **common)
+
+
+def parse_result(message: str | None) -> tuple[str, int | None, int | None]:
+    """Read a prover's success JSON: (commitment, synth_ms, gpu_ms)."""
+    try:
+        result = json.loads(message or "")
+    except json.JSONDecodeError as error:
+        msg = f"termination message is not JSON ({error.msg}): {_clip(message or '')!r}"
+        raise ValueError(msg) from None
+    if not isinstance(result, dict):
+        msg = f"termination message is not a JSON object: {_clip(message or '')!r}"
+        raise ValueError(msg)
+    commitment = result.get("commitment")
+    if not isinstance(commitment, str) or not _HEX.fullmatch(commitment.removeprefix("0x")):
+        msg = f"termination message has no hex commitment: {_clip(message or '')!r}"
+        raise ValueError(msg)
+    return commitment, _millis(result.get("synth_ms")), _millis(result.get("gpu_ms"))
+
+
+def prover_message(terminated: Mapping[str, Any]) -> str:
+    """The prover's own words: ``{"error": ...}`` JSON, or the plain termination message."""
+    text = (terminated.get("message") or "").strip()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and parsed.get("error"):
+        text = str(parsed["error"])
+    return _clip(text or f"exit code {terminated.get('exitCode')} and no message")
+
+
+def release_action(pod: Mapping[str, Any], now: datetime) -> ReleaseWorker | None:
+    """The ReleaseWorker a pod needs now, or None while it is running or already released.
+
+    A finished pod is released at once. A deleting pod is released when its container has
+    stopped, when it never reached a node, or when its grace period is over (a lost node never
+    reports the container's end, and the finalizer must not keep the pod forever).
+    """
+    meta = pod.get("metadata") or {}
+    if api.FINALIZER not in (meta.get("finalizers") or []):
+        return None
+    node = (pod.get("spec") or {}).get("nodeName")
+    releasable = is_finished(pod) or (
+        is_deleting(pod)
+        and (
+            not node
+            or _terminated(pod.get("status") or {}) is not None
+            or api.parse_time(meta["deletionTimestamp"]) <= now
+        )
+    )
+    if not releasable:
+        return None
+    return ReleaseWorker(pod_name=meta.get("name", ""), pod_uid=meta.get("uid", ""), node=node)
+
+
+def _disruption(meta: Mapping[str, Any], status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            why = condition.get("message") or "no message"
+            return _clip(f"disrupted ({condition.get('reason') or 'DisruptionTarget'}): {why}")
+    if status.get("reason") in DISRUPTION_REASONS:
+        return _clip(f"disrupted ({status['reason']}): {status.get('message') or 'no message'}")
+    if meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed"):
+        return "disrupted: the pod was deleted while it ran"
+    return None
+
+
+def _terminated(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    containers = status.get("containerStatuses") or []
+    if not containers:
+        return None
+    terminated = (containers[0].get("state") or {}).get("terminated")
+    return terminated if isinstance(terminated, dict) else None
+
+
+def _millis(value: Any) -> int | None:
+    return round(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
