@@ -115,7 +115,7 @@ def resolve(job: Mapping[str, Any]) -> JobSpec:
     status = job.get("status") or {}
     recorded = status.get("resolved") or {}
     kind = spec.get("proofKind")
-    if kind not in PROOF_KINDS:
+    if not isinstance(kind, str) or kind not in PROOF_KINDS:
         msg = f"spec.proofKind must be one of {sorted(PROOF_KINDS)}, got {kind!r}"
         raise ValueError(msg)
     defaults = PROOF_KINDS[kind]

@@ -53,9 +53,25 @@ def obj(
     return {**schema, **extra}
 
 
-def arr(description: str, items: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """An array field."""
-    return {"type": "array", "description": description, "items": items, **extra}
+def arr(
+    description: str, items: dict[str, Any], *, key: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """An array field; with ``key``, a list of objects kept unique by that field."""
+    schema = {"type": "array", "description": description, "items": items, **extra}
+    if key is not None:
+        schema |= {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+    return schema
+
+
+def rule(expression: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """A CEL validation rule and the message the API server answers with."""
+    cel = {"rule": expression, "message": message}
+    return cel if field_path is None else {**cel, "fieldPath": field_path}
+
+
+def with_rules(schema: dict[str, Any], *rules: dict[str, str]) -> dict[str, Any]:
+    """The schema with CEL validation rules (``x-kubernetes-validations``)."""
+    return {**schema, "x-kubernetes-validations": list(rules)}
 
 
 def string_map(description: str) -> dict[str, Any]:
@@ -115,11 +131,7 @@ def condition_list(description: str) -> dict[str, Any]:
         },
         required=["type", "status", "reason", "message", "lastTransitionTime"],
     )
-    return arr(
-        description,
-        condition,
-        **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
+    return arr(description, condition, key="type")
 
 
 def immutable_once_set(field: str, *, strict: bool = False) -> dict[str, str]:
@@ -128,13 +140,9 @@ def immutable_once_set(field: str, *, strict: bool = False) -> dict[str, str]:
     Not strict: the field may be added later, never changed or removed. Strict: it can't be
     added either, since the operator already resolved a default for it.
     """
+    same = f"self.{field} == oldSelf.{field}"
     if strict:
-        rule = (
-            f"has(self.{field}) == has(oldSelf.{field})"
-            f" && (!has(self.{field}) || self.{field} == oldSelf.{field})"
-        )
-        message = f"{field} is immutable"
-    else:
-        rule = f"!has(oldSelf.{field}) || (has(self.{field}) && self.{field} == oldSelf.{field})"
-        message = f"{field} is immutable once set"
-    return {"rule": rule, "message": message, "fieldPath": f".{field}"}
+        expression = f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || {same})"
+        return rule(expression, f"{field} is immutable", f".{field}")
+    expression = f"!has(oldSelf.{field}) || (has(self.{field}) && {same})"
+    return rule(expression, f"{field} is immutable once set", f".{field}")

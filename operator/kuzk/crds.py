@@ -26,10 +26,12 @@ from kuzk.crd_schema import (
     integer,
     obj,
     quantity_map,
+    rule,
     string,
     string_map,
     timestamp,
     tolerations,
+    with_rules,
 )
 from kuzk.observe import STATES, WORKER_STAGES
 
@@ -72,48 +74,42 @@ def _proofjob_spec() -> dict[str, Any]:
             ),
         },
     )
-    return obj(
+    spec = obj(
         "What to prove and how to run it.",
         {
-            "proofKind": string(
-                f"The Filecoin proof kind. Its defaults: {_kind_table()}. Immutable.",
-                enum=list(api.PROOF_KINDS),
-                **{
-                    "x-kubernetes-validations": [
-                        {"rule": "self == oldSelf", "message": "proofKind is immutable"}
-                    ]
-                },
+            "proofKind": with_rules(
+                string(
+                    f"The Filecoin proof kind. Its defaults: {_kind_table()}. Immutable.",
+                    enum=list(api.PROOF_KINDS),
+                ),
+                rule("self == oldSelf", "proofKind is immutable"),
             ),
             "partitions": integer(
                 "Number of partitions, one pod each; defaults by proof kind. Immutable once set.",
                 minimum=api.PARTITIONS_MIN,
                 maximum=api.PARTITIONS_MAX,
             ),
-            "sector": obj(
-                "The sector being proven; it seeds each partition's witness. Immutable.",
-                {
-                    "miner": integer("Miner (actor) ID.", minimum=0),
-                    "number": integer("Sector number.", minimum=0),
-                },
-                required=["miner", "number"],
-                **{
-                    "x-kubernetes-validations": [
-                        {"rule": "self == oldSelf", "message": "sector is immutable"}
-                    ]
-                },
+            "sector": with_rules(
+                obj(
+                    "The sector being proven; it seeds each partition's witness. Immutable.",
+                    {
+                        "miner": integer("Miner (actor) ID.", minimum=0),
+                        "number": integer("Sector number.", minimum=0),
+                    },
+                    required=["miner", "number"],
+                ),
+                rule("self == oldSelf", "sector is immutable"),
             ),
-            "randomness": string(
-                "The 32-byte challenge as 0x and 64 hex digits; by default derived from the"
-                " sector. Immutable.",
-                maxLength=66,
-                **{
-                    "x-kubernetes-validations": [
-                        {
-                            "rule": f"self.matches('{api.RANDOMNESS_PATTERN}')",
-                            "message": "randomness must be 0x followed by 64 hex digits",
-                        }
-                    ]
-                },
+            "randomness": with_rules(
+                string(
+                    "The 32-byte challenge as 0x and 64 hex digits; by default derived from"
+                    " the sector. Immutable.",
+                    maxLength=66,
+                ),
+                rule(
+                    f"self.matches('{api.RANDOMNESS_PATTERN}')",
+                    "randomness must be 0x followed by 64 hex digits",
+                ),
             ),
             "circuitLog2": integer(
                 "Constraints per partition, as a power of two (2^circuitLog2); defaults by"
@@ -146,13 +142,12 @@ def _proofjob_spec() -> dict[str, Any]:
             "prover": prover,
         },
         required=["proofKind", "sector"],
-        **{
-            "x-kubernetes-validations": [
-                immutable_once_set("partitions"),
-                immutable_once_set("circuitLog2", strict=True),
-                immutable_once_set("randomness", strict=True),
-            ]
-        },
+    )
+    return with_rules(
+        spec,
+        immutable_once_set("partitions"),
+        immutable_once_set("circuitLog2", strict=True),
+        immutable_once_set("randomness", strict=True),
     )
 
 
@@ -223,8 +218,8 @@ def _proofjob_status() -> dict[str, Any]:
             "partitions": arr(
                 "Every partition, by index.",
                 partition,
+                key="index",
                 maxItems=api.PARTITIONS_MAX,
-                **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["index"]},
             ),
             "proof": obj(
                 "The job-level proof, when Succeeded.",
@@ -244,15 +239,13 @@ def _workerstatus_spec() -> dict[str, Any]:
     return obj(
         "The node this WorkerStatus describes.",
         {
-            "nodeName": string(
-                "Name of the GPU node; the object is named after it. Immutable.",
-                minLength=1,
-                maxLength=253,
-                **{
-                    "x-kubernetes-validations": [
-                        {"rule": "self == oldSelf", "message": "nodeName is immutable"}
-                    ]
-                },
+            "nodeName": with_rules(
+                string(
+                    "Name of the GPU node; the object is named after it. Immutable.",
+                    minLength=1,
+                    maxLength=253,
+                ),
+                rule("self == oldSelf", "nodeName is immutable"),
             ),
         },
         required=["nodeName"],
@@ -301,24 +294,22 @@ def _workerstatus_status() -> dict[str, Any]:
             "completed": integer("Partitions this worker finished.", minimum=0),
         },
         required=["id", "state"],
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.state != 'proving' || has(self.pod)",
-                    "message": "a proving worker must name its pod (the assignment's identity)",
-                }
-            ]
-        },
     )
-    proving_count = "self.workers.filter(w, w.state == 'proving').size()"
-    return obj(
+    worker = with_rules(
+        worker,
+        rule(
+            "self.state != 'proving' || has(self.pod)",
+            "a proving worker must name its pod (the assignment's identity)",
+        ),
+    )
+    status = obj(
         "The node's GPU workers, written with resourceVersion-checked replaces only.",
         {
             "workers": arr(
                 "The workers, one per GPU (or GPU slot).",
                 worker,
+                key="id",
                 maxItems=64,
-                **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
             ),
             "proving": integer(
                 "Number of workers in state proving; kept equal to the workers list by every"
@@ -335,20 +326,19 @@ def _workerstatus_status() -> dict[str, Any]:
             ),
             "updatedAt": timestamp("When the status was last written."),
         },
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.proving) || self.proving =="
-                    f" (has(self.workers) ? {proving_count} : 0)",
-                    "message": "proving must equal the number of workers in state proving",
-                },
-                {
-                    "rule": "!has(self.workerCount) || self.workerCount =="
-                    " (has(self.workers) ? self.workers.size() : 0)",
-                    "message": "workerCount must equal the number of workers",
-                },
-            ]
-        },
+    )
+    proving = "self.workers.filter(w, w.state == 'proving').size()"
+    return with_rules(
+        status,
+        rule(
+            f"!has(self.proving) || self.proving == (has(self.workers) ? {proving} : 0)",
+            "proving must equal the number of workers in state proving",
+        ),
+        rule(
+            "!has(self.workerCount)"
+            " || self.workerCount == (has(self.workers) ? self.workers.size() : 0)",
+            "workerCount must equal the number of workers",
+        ),
     )
 
 
@@ -377,7 +367,7 @@ def _crd(
         required=["spec"],
     )
     if root_rules:
-        root["x-kubernetes-validations"] = list(root_rules)
+        root = with_rules(root, *root_rules)
     age = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -454,12 +444,11 @@ def workerstatus_crd() -> dict[str, Any]:
             },
         ],
         root_rules=[
-            {
-                "rule": "self.metadata.name == self.spec.nodeName",
-                "message": "a WorkerStatus is named after its node: metadata.name must equal"
-                " spec.nodeName",
-                "fieldPath": ".spec.nodeName",
-            }
+            rule(
+                "self.metadata.name == self.spec.nodeName",
+                "a WorkerStatus is named after its node: metadata.name must equal spec.nodeName",
+                ".spec.nodeName",
+            )
         ],
     )
 

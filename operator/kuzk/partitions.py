@@ -157,12 +157,14 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
     part.finished_at = outcome.finished_at or now
     if outcome.kind == "invalid":
         part.fail(FAILED_INVALID_INPUT, message, now)
-        return [_event("Warning", "PartitionFailed", part, f"invalid input: {message}")]
+        text = f"failed with exit code 2 (invalid input), not retried: {message}"
+        return [_event("Warning", "PartitionFailed", part, text)]
     if outcome.kind == "disrupted":
         text = f"{message}; retrying as attempt {part.attempt + 1}, not counted as a failure"
         event = _event("Normal", "PartitionRetried", part, text)
-        reason = RETRIED_DISRUPTION
-        part.next_attempt(part.attempt + 1, counted=False, reason=reason, message=message)
+        part.next_attempt(
+            part.attempt + 1, counted=False, reason=RETRIED_DISRUPTION, message=message
+        )
         return [event]
     if part.retries < backoff_limit:
         text = (
@@ -170,8 +172,7 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
             f" (retry {part.retries + 1} of {backoff_limit})"
         )
         event = _event("Warning", "PartitionRetried", part, text)
-        reason = RETRIED_FAILURE
-        part.next_attempt(part.attempt + 1, counted=True, reason=reason, message=message)
+        part.next_attempt(part.attempt + 1, counted=True, reason=RETRIED_FAILURE, message=message)
         return [event]
     part.fail(FAILED_BACKOFF, message, now)
     text = f"failed after {part.retries} retries (backoffLimitPerPartition): {message}"

@@ -122,7 +122,7 @@ def _container(
         "POD_NAMESPACE": "metadata.namespace",
         "NODE_NAME": "spec.nodeName",
     }
-    env = [{"name": name, "value": value} for name, value in values.items()]
+    env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in values.items()]
     env += [
         {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
         for name, path in fields.items()

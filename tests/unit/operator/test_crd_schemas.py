@@ -217,3 +217,20 @@ def test_examples_are_valid(path):
     assert conforms(job["spec"], spec_schema, ".spec") == []
     job["metadata"]["uid"] = "uid"
     assert api.resolve(job).proof_kind == path.stem
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"partitions": 0}, ".spec.partitions: 0 out of range"),
+        ({"proofKind": "nope"}, ".spec.proofKind: 'nope' is not allowed"),
+        ({"suspend": "yes"}, ".spec.suspend: not a boolean"),
+        ({"surprise": 1}, ".spec.surprise: unknown field"),
+        ({"sector": {"miner": 1}}, ".spec.sector.number: required"),
+    ],
+    ids=["range", "enum", "type", "unknown", "required"],
+)
+def test_the_example_check_catches_mistakes(change, problem):
+    spec = {**yaml.safe_load(EXAMPLE_FILES[0].read_text())["spec"], **change}
+    spec_schema = schema_of("ProofJob")["properties"]["spec"]
+    assert problem in conforms(spec, spec_schema, ".spec")
