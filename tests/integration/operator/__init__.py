@@ -1,0 +1,1 @@
+"""Operator tests against the real control plane."""

@@ -1,0 +1,160 @@
+"""Operator fixtures: the kuzk CRDs, Kopf's peering CRDs and the PriorityClasses installed
+once per session (``kuzk_installed``), ``run_operator`` to start ``kuzk operator`` processes
+with the stand-in prover, and ``plan`` (the folder that steers the stand-in)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kuzk import api, crds, install
+from tests.testenv.cluster import Cluster
+from tests.testenv.waiting import wait_for
+
+STANDIN = Path(__file__).parent / "standin.py"
+
+
+@pytest.fixture(scope="session")
+def kuzk_installed(cluster: Cluster) -> Cluster:
+    objects = [*crds.all_crds(), *install.peering_crds(), *install.priority_classes()]
+    cluster.kubectl("apply", "--server-side", "-f", "-",
+                    input=yaml.safe_dump_all(objects))
+    for crd in [*crds.all_crds(), *install.peering_crds()]:
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                        f"crd/{crd['metadata']['name']}")
+    return cluster
+
+
+@dataclass
+class Plan:
+    """Steers the stand-in prover: what each partition attempt does."""
+
+    dir: Path
+
+    def set(self, **entries: dict[str, Any]) -> None:
+        """``plan.set(**{"3:1": {"exit": 1}, "*": {"hold": True}})``"""
+        (self.dir / "plan.json").write_text(json.dumps(entries))
+
+    def go(self, pod: str = "all") -> None:
+        (self.dir / "go").mkdir(exist_ok=True)
+        (self.dir / "go" / pod).touch()
+
+    def records(self, folder: str) -> list[dict[str, Any]]:
+        path = self.dir / folder
+        if not path.exists():
+            return []
+        return [json.loads(p.read_text()) for p in path.iterdir() if not p.name.startswith(".")]
+
+    def started(self) -> list[str]:
+        return sorted(r["pod"] for r in self.records("started"))
+
+
+@pytest.fixture
+def plan(tmp_path: Path) -> Plan:
+    (tmp_path / "plan").mkdir()
+    return Plan(tmp_path / "plan")
+
+
+@dataclass
+class OperatorProcess:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
+                 tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    cluster = kuzk_installed
+    with contextlib.suppress(ApiException):
+        cluster.core.create_namespaced_service_account(
+            namespace, {"metadata": {"name": "kuzk-prover"}})
+    started: list[OperatorProcess] = []
+
+    def start(*extra: str, standalone: bool = True) -> OperatorProcess:
+        log = tmp_path / f"operator-{len(started)}.log"
+        argv = [
+            sys.executable, "-m", "kuzk.cli", "operator", "--namespace", namespace,
+            "--prover-command", json.dumps([sys.executable, str(STANDIN), str(plan.dir)]),
+            "--prover-image", "kuzk-standin:test",
+            *(["--standalone"] if standalone else []), *extra,
+        ]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, env=cluster.env(), stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        op = OperatorProcess(proc, log)
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+
+
+def proofjob(name: str, kind: str = "snap-update", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.PROOFJOB_KIND,
+        "metadata": {"name": name},
+        "spec": {"proofKind": kind, "sector": {"miner": 1234, "number": 5678}, **spec},
+    }
+
+
+def apply_job(cluster: Cluster, namespace: str, job: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
+
+
+def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, name))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def wait_job(cluster: Cluster, namespace: str, name: str, phase: str,
+             timeout: float = 120) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        job = get_job(cluster, namespace, name)
+        return job if job and (job.get("status") or {}).get("phase") == phase else None
+
+    return wait_for(check, timeout, f"ProofJob {namespace}/{name} {phase}", interval=0.2)
+
+
+def condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in job.get("status", {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return None
+
+
+def job_pods(cluster: Cluster, namespace: str, name: str) -> list[client.V1Pod]:
+    return list(cluster.core.list_namespaced_pod(
+        namespace, label_selector=api.job_selector(name)).items)

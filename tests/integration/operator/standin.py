@@ -1,0 +1,60 @@
+"""A stand-in prover for operator tests; it keeps the pod contract of DESIGN.md section 3.
+
+argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json`` ({"<pod>" or "<partition>:<attempt>" or
+"<partition>" or "*": {"exit": int, "message": str, "hold": bool, "seconds": float}}), records its start in
+``PLAN_DIR/started/<pod>`` and its end in ``PLAN_DIR/ended/<pod>`` (JSON with wall-clock
+times), waits for ``PLAN_DIR/go/<pod>`` or ``PLAN_DIR/go/all`` when told to hold, writes
+its result JSON to the termination message and exits with the planned code.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+plan_dir = Path(sys.argv[1])
+env = os.environ
+partition, attempt = int(env["KUZK_PARTITION"]), int(env["KUZK_ATTEMPT"])
+pod = env["POD_NAME"]
+plan_file = plan_dir / "plan.json"
+plans = json.loads(plan_file.read_text()) if plan_file.exists() else {}
+keys = (pod, f"{partition}:{attempt}", str(partition), "*")
+plan = next((plans[k] for k in keys if k in plans), {})
+
+
+def record(folder: str, **extra: object) -> None:
+    (plan_dir / folder).mkdir(exist_ok=True)
+    data = {"pod": pod, "partition": partition, "attempt": attempt, "time": time.time(),
+            "node": env.get("NODE_NAME"), "gpu": env.get("NVIDIA_VISIBLE_DEVICES"), **extra}
+    tmp = plan_dir / folder / f".{pod}.tmp"
+    tmp.write_text(json.dumps(data))
+    tmp.rename(plan_dir / folder / pod)
+
+
+def on_term(*_: object) -> None:
+    record("ended", signal="SIGTERM")
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, on_term)
+for key in ("KUZK_JOB", "KUZK_JOB_UID", "KUZK_PROOF_KIND", "KUZK_INPUT", "POD_UID"):
+    assert env.get(key), f"{key} missing from the pod env"
+record("started")
+if plan.get("hold"):
+    while not (plan_dir / "go" / pod).exists() and not (plan_dir / "go" / "all").exists():
+        time.sleep(0.05)
+else:
+    time.sleep(float(plan.get("seconds", 0.3)))
+code = int(plan.get("exit", 0))
+if code == 0:
+    seed = f"{env['KUZK_JOB_UID']}:{partition}".encode()
+    result = {"commitment": hashlib.sha256(seed).hexdigest(), "synth_ms": 11, "gpu_ms": 22,
+              "backend": "standin"}
+else:
+    result = {"error": plan.get("message", f"stand-in failed with {code}")}
+Path(env["TERMINATION_MESSAGE_PATH"]).write_text(json.dumps(result))
+record("ended", exit=code)
+sys.exit(code)
