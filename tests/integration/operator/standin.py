@@ -1,10 +1,10 @@
 """A stand-in prover for operator tests; it keeps the pod contract of DESIGN.md section 3.
 
-argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json`` ({"<pod>" or "<partition>:<attempt>" or
-"<partition>" or "*": {"exit": int, "message": str, "hold": bool, "seconds": float}}), records its start in
-``PLAN_DIR/started/<pod>`` and its end in ``PLAN_DIR/ended/<pod>`` (JSON with wall-clock
-times), waits for ``PLAN_DIR/go/<pod>`` or ``PLAN_DIR/go/all`` when told to hold, writes
-its result JSON to the termination message and exits with the planned code.
+argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json``, a map from "<pod>", "<partition>:<attempt>",
+"<partition>" or "*" to {"exit": int, "message": str, "hold": bool, "seconds": float}; records
+its start in ``PLAN_DIR/started/<pod>`` and its end in ``PLAN_DIR/ended/<pod>`` (JSON with
+wall-clock times), waits for ``PLAN_DIR/go/<pod>`` or ``PLAN_DIR/go/all`` when told to hold,
+writes its result JSON to the termination message and exits with the planned code.
 """
 
 import hashlib
