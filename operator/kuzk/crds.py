@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from kuzk import api
+from kuzk import api, install
 from kuzk.conditions import PHASES
 from kuzk.crd_schema import (
     arr,
@@ -454,8 +454,8 @@ def workerstatus_crd() -> dict[str, Any]:
 
 
 def all_crds() -> list[dict[str, Any]]:
-    """Every kuzk CRD."""
-    return [proofjob_crd(), workerstatus_crd()]
+    """Every CRD the operator needs: kuzk's own and Kopf's peering CRDs."""
+    return [proofjob_crd(), workerstatus_crd(), *install.peering_crds()]
 
 
 def file_name(crd: dict[str, Any]) -> str:

@@ -38,6 +38,17 @@ def kinds_of(priority_class: str) -> list[str]:
     return [k for k, d in api.PROOF_KINDS.items() if d.priority_class_name == priority_class]
 
 
+_PEER = {
+    "type": "object",
+    "description": "One live operator replica.",
+    "properties": {
+        "priority": {"type": "integer", "description": "The replica's peering priority."},
+        "lifetime": {"type": "integer", "description": "Seconds its record stays valid."},
+        "lastseen": {"type": "string", "description": "When it last renewed its record."},
+    },
+}
+
+
 def _peering_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -61,7 +72,7 @@ def _peering_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
                                 "status": {
                                     "type": "object",
                                     "description": "Peers by identity, written by Kopf.",
-                                    "x-kubernetes-preserve-unknown-fields": True,
+                                    "additionalProperties": _PEER,
                                 }
                             },
                         }

@@ -29,10 +29,10 @@ STANDIN = Path(__file__).parent / "standin.py"
 
 @pytest.fixture(scope="session")
 def kuzk_installed(cluster: Cluster) -> Cluster:
-    objects = [*crds.all_crds(), *install.peering_crds(), *install.priority_classes()]
+    objects = [*crds.all_crds(), *install.priority_classes()]
     cluster.kubectl("apply", "--server-side", "-f", "-",
                     input=yaml.safe_dump_all(objects))
-    for crd in [*crds.all_crds(), *install.peering_crds()]:
+    for crd in crds.all_crds():
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
                         f"crd/{crd['metadata']['name']}")
     return cluster
@@ -96,10 +96,11 @@ def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
             namespace, {"metadata": {"name": "kuzk-prover"}})
     started: list[OperatorProcess] = []
 
-    def start(*extra: str, standalone: bool = True) -> OperatorProcess:
+    def start(*extra: str, standalone: bool = True, namespaced: bool = True) -> OperatorProcess:
         log = tmp_path / f"operator-{len(started)}.log"
+        scope = ["--namespace", namespace] if namespaced else ["--all-namespaces"]
         argv = [
-            sys.executable, "-m", "kuzk.cli", "operator", "--namespace", namespace,
+            sys.executable, "-m", "kuzk.cli", "operator", *scope,
             "--prover-command", json.dumps([sys.executable, str(STANDIN), str(plan.dir)]),
             "--prover-image", "kuzk-standin:test",
             *(["--standalone"] if standalone else []), *extra,

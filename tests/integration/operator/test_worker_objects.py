@@ -3,6 +3,8 @@ collector removes it with the node."""
 
 from __future__ import annotations
 
+import json
+
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -24,7 +26,7 @@ def _ws(cluster: Cluster, name: str) -> dict | None:
 def test_worker_status_per_gpu_node_follows_the_node(cluster: Cluster, nodes,
                                                      run_operator) -> None:
     kubelet = nodes(2, gpus=2)
-    run_operator()
+    operator = run_operator("--log-format", "json", namespaced=False)
     names = sorted(kubelet.nodes)
     objs = [wait_for(lambda n=n: _ws(cluster, n), 60, f"WorkerStatus {n}") for n in names]
     for name, ws in zip(names, objs, strict=True):
@@ -38,3 +40,8 @@ def test_worker_status_per_gpu_node_follows_the_node(cluster: Cluster, nodes,
     cluster.core.delete_node(names[0])
     wait_for(lambda: _ws(cluster, names[0]) is None, 60, "WorkerStatus collected with node")
     assert _ws(cluster, names[1]) is not None
+
+    lines = operator.text().splitlines()
+    assert lines
+    records = [json.loads(line) for line in lines]
+    assert all("message" in r for r in records)

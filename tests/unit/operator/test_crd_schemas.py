@@ -159,6 +159,8 @@ def test_module_writes_the_files(tmp_path):
     written = crds.main(["--write", str(tmp_path)])
     assert written == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "clusterkopfpeerings.kopf.dev.yaml",
+        "kopfpeerings.kopf.dev.yaml",
         "proofjobs.kuzk.io.yaml",
         "workerstatuses.kuzk.io.yaml",
     ]
