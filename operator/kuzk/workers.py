@@ -1,0 +1,612 @@
+"""The WorkerStatus write protocol: every write about a GPU worker is a compare-and-swap.
+
+The engine kuzk replaces kept worker state in memory, and a late finalizer marked a worker idle
+while it was proving the next partition. Here a worker's state lives in its node's
+WorkerStatus, and every write names the assignment (pod UID) it is about and is made the same
+way: GET the object, decide from what it says (pure ``decide_*`` functions, unit-tested
+without a cluster), then replace ``/status`` carrying the ``resourceVersion`` that was read; on
+409 read and decide again. A write about an assignment the worker no longer holds is stale: it
+is refused, logged, and counted both in Prometheus and in ``status.staleWritesRejected``.
+
+Choices the callers rely on:
+
+* ``claim`` sets ``state: proving`` without a ``stage``; the prover's first ``on_stage`` sets
+  it. A worker is the worker of one GPU UUID (``W<k>``, the lowest free k, kept for good).
+* An idle worker keeps the ``pod`` it last released, so the operator's finalizer release after
+  the prover's own release is recognised as already done rather than counted as stale.
+* A missing WorkerStatus makes ``claim``, ``stage`` and ``heartbeat`` raise
+  ``WorkerStatusMissing`` (the prover waits for the operator to create it); ``release`` and
+  ``sweep`` treat it as nothing to do, so a pod's finalizer never sticks.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, Literal, TypeVar, cast
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from prometheus_client import Counter
+from urllib3.exceptions import HTTPError
+
+from kuzk import api as kapi
+from kuzk.observe import WORKER_STAGES
+
+log = logging.getLogger("kuzk.workers")
+
+T = TypeVar("T")
+Outcome = Literal["succeeded", "failed", "disrupted", "lost"]
+
+CONFLICT_BUDGET_S = 2.0
+BACKOFF_BASE_S = 0.005
+BACKOFF_CAP_S = 0.1
+HEARTBEAT_INTERVAL_S = 10.0
+SWEEP_MISSED_HEARTBEATS = 3
+
+STALE_WRITES = Counter(
+    "kuzk_stale_worker_writes_rejected",
+    "Worker writes refused because the worker no longer held their assignment (pod UID).",
+    ["operation"],
+)
+
+
+class WorkerStatusMissing(LookupError):
+    """The node's WorkerStatus does not exist (not created yet, or its node is gone)."""
+
+
+class WorkerWriteConflict(RuntimeError):
+    """The object kept changing under the write (409 Conflict) for the whole retry budget."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU a worker drives; the UUID is its identity."""
+
+    uuid: str
+    name: str = ""
+    memory_bytes: int | None = None
+
+    @classmethod
+    def from_cuda_properties(cls, props: Mapping[str, Any]) -> Gpu:
+        """From ``cupy.cuda.runtime.getDeviceProperties(i)``: its 16 raw UUID bytes, written
+        as nvidia-smi does (``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``), name and memory."""
+        raw = bytes(props["uuid"]).hex()
+        uuid = f"GPU-{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:32]}"
+        name = props.get("name", b"")
+        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        return cls(uuid, name.rstrip("\x00"), int(props.get("totalGlobalMem", 0)) or None)
+
+    def as_status(self) -> dict[str, Any]:
+        gpu: dict[str, Any] = {"uuid": self.uuid}
+        if self.name:
+            gpu["name"] = self.name
+        if self.memory_bytes is not None:
+            gpu["memoryBytes"] = self.memory_bytes
+        return gpu
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A partition pod: what the operator knows of an assignment when its pod terminates."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One attempt of one partition, on one pod. The pod UID is the identity: a retried
+    partition (same job and partition, next attempt) is a different assignment."""
+
+    job_namespace: str
+    job_name: str
+    job_uid: str
+    proof_kind: str
+    partition: int
+    attempt: int
+    pod_name: str
+    pod_uid: str
+
+    @property
+    def pod(self) -> PodRef:
+        return PodRef(self.pod_name, self.pod_uid)
+
+
+@dataclass(frozen=True)
+class Released:
+    """A worker freed by a sweep."""
+
+    worker_id: str
+    pod: PodRef
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Decision(Generic[T]):
+    """What a write decided: the new status (None: nothing to write), the caller's result, the
+    refused operation when the write is stale, and lines to log once the write has landed."""
+
+    status: dict[str, Any] | None
+    result: T
+    stale: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+# --- pure decisions ----------------------------------------------------------------------
+def stamp(moment: datetime) -> str:
+    """A worker timestamp: RFC 3339 UTC at millisecond precision (busy times show tenths)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _describe(who: Assignment | PodRef) -> str:
+    if isinstance(who, PodRef):
+        return f"pod {who.name} ({who.uid})"
+    return (
+        f"{who.job_namespace}/{who.job_name} partition {who.partition} attempt {who.attempt}"
+        f" pod {who.pod_name} ({who.pod_uid})"
+    )
+
+
+def _describe_worker(worker: Mapping[str, Any]) -> str:
+    pod = worker.get("pod") or {}
+    if worker.get("state") != "proving":
+        return f"{worker.get('id')} idle"
+    job = worker.get("job") or {}
+    return (
+        f"{worker.get('id')} proving {job.get('namespace')}/{job.get('name')} partition"
+        f" {worker.get('partition')} attempt {worker.get('attempt')}"
+        f" pod {pod.get('name')} ({pod.get('uid')})"
+    )
+
+
+def _holders(workers: list[dict[str, Any]], pod_uid: str) -> list[dict[str, Any]]:
+    return [
+        w
+        for w in workers
+        if w.get("state") == "proving" and (w.get("pod") or {}).get("uid") == pod_uid
+    ]
+
+
+def _new_status(
+    old: Mapping[str, Any], workers: list[dict[str, Any]], now: datetime, stale: int = 0
+) -> dict[str, Any]:
+    status = {k: v for k, v in old.items() if k not in ("workers", "proving", "workerCount")}
+    status["workers"] = workers
+    status["proving"] = sum(1 for w in workers if w.get("state") == "proving")
+    status["workerCount"] = len(workers)
+    status["staleWritesRejected"] = int(old.get("staleWritesRejected") or 0) + stale
+    status["updatedAt"] = stamp(now)
+    return status
+
+
+def _refuse(
+    status: Mapping[str, Any], operation: str, who: Assignment | PodRef, now: datetime
+) -> Decision[bool]:
+    workers = copy.deepcopy(status.get("workers") or [])
+    held = "; ".join(_describe_worker(w) for w in workers) or "no workers"
+    note = f"refused stale {operation} of {_describe(who)}: the node's workers hold: {held}"
+    return Decision(_new_status(status, workers, now, stale=1), False, operation, (note,))
+
+
+def decide_claim(
+    status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime
+) -> Decision[str]:
+    """Mark the worker of ``gpu`` proving ``assignment``; add the worker if it is new."""
+    workers = copy.deepcopy(status.get("workers") or [])
+    worker = next((w for w in workers if (w.get("gpu") or {}).get("uuid") == gpu.uuid), None)
+    if worker is None:
+        used = {str(w.get("id")) for w in workers}
+        free = next(k for k in range(len(workers) + 1) if f"W{k}" not in used)
+        worker = {"id": f"W{free}", "completed": 0}
+        workers.append(worker)
+    elif (
+        worker.get("state") == "proving"
+        and (worker.get("pod") or {}).get("uid") == assignment.pod_uid
+    ):
+        return Decision(None, str(worker["id"]))
+    notes: tuple[str, ...] = ()
+    if worker.get("state") == "proving":
+        # One GPU, one pod: the kubelet gave this GPU to the claimant, so the holder is over.
+        notes = (f"{_describe(assignment)} replaces {_describe_worker(worker)}",)
+    moment = stamp(now)
+    worker.update(
+        gpu={**(worker.get("gpu") or {}), **gpu.as_status()},
+        state="proving",
+        job={
+            "namespace": assignment.job_namespace,
+            "name": assignment.job_name,
+            "uid": assignment.job_uid,
+            "proofKind": assignment.proof_kind,
+        },
+        partition=assignment.partition,
+        attempt=assignment.attempt,
+        pod={"name": assignment.pod_name, "uid": assignment.pod_uid},
+        since=moment,
+        heartbeat=moment,
+    )
+    worker.pop("stage", None)
+    return Decision(_new_status(status, workers, now), str(worker["id"]), notes=notes)
+
+
+def decide_stage(
+    status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime
+) -> Decision[bool]:
+    """Set the stage of the worker holding ``assignment``; stale if none holds it."""
+    if stage not in WORKER_STAGES:
+        msg = f"stage must be one of {', '.join(WORKER_STAGES)}, not {stage!r}"
+        raise ValueError(msg)
+    workers = copy.deepcopy(status.get("workers") or [])
+    holders = _holders(workers, assignment.pod_uid)
+    if not holders:
+        return _refuse(status, "stage", assignment, now)
+    for worker in holders:
+        worker.update(stage=stage, since=stamp(now), heartbeat=stamp(now))
+    return Decision(_new_status(status, workers, now), True)
+
+
+def decide_heartbeat(
+    status: Mapping[str, Any], assignment: Assignment, now: datetime
+) -> Decision[bool]:
+    """Refresh the heartbeat of the worker holding ``assignment``; stale if none holds it."""
+    workers = copy.deepcopy(status.get("workers") or [])
+    holders = _holders(workers, assignment.pod_uid)
+    if not holders:
+        return _refuse(status, "heartbeat", assignment, now)
+    for worker in holders:
+        worker["heartbeat"] = stamp(now)
+    return Decision(_new_status(status, workers, now), True)
+
+
+def _set_idle(worker: dict[str, Any], outcome: Outcome, now: datetime) -> None:
+    pod = worker.get("pod") or {}
+    for key in ("stage", "job", "partition", "attempt", "heartbeat"):
+        worker.pop(key, None)
+    worker.update(
+        state="idle",
+        pod={k: pod[k] for k in ("name", "uid") if k in pod},
+        since=stamp(now),
+        completed=int(worker.get("completed") or 0) + (outcome == "succeeded"),
+    )
+
+
+def decide_release(
+    status: Mapping[str, Any], who: Assignment | PodRef, outcome: Outcome, now: datetime
+) -> Decision[bool]:
+    """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
+    outcome is success). A pod already released is a no-op; anything else is stale."""
+    workers = copy.deepcopy(status.get("workers") or [])
+    uid = (who if isinstance(who, PodRef) else who.pod).uid
+    holders = _holders(workers, uid)
+    if holders:
+        for worker in holders:
+            _set_idle(worker, outcome, now)
+        return Decision(_new_status(status, workers, now), True)
+    if any((w.get("pod") or {}).get("uid") == uid for w in workers):
+        return Decision(None, False)
+    return _refuse(status, "release", who, now)
+
+
+def decide_sweep(
+    status: Mapping[str, Any],
+    live_pods: Mapping[str, str],
+    now: datetime,
+    heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+) -> Decision[list[Released]]:
+    """Release workers whose pod is gone, or whose heartbeat is older than three intervals
+    while their pod is not Running. ``live_pods`` maps pod UID to phase."""
+    workers = copy.deepcopy(status.get("workers") or [])
+    limit = now - timedelta(seconds=SWEEP_MISSED_HEARTBEATS * heartbeat_interval)
+    released: list[Released] = []
+    for worker in workers:
+        pod = worker.get("pod") or {}
+        if worker.get("state") != "proving":
+            continue
+        phase = live_pods.get(pod.get("uid", ""))
+        last = worker.get("heartbeat") or worker.get("since")
+        silent = last is None or kapi.parse_time(last) < limit
+        if phase is None or (phase != "Running" and silent):
+            outcome: Outcome = "succeeded" if phase == "Succeeded" else "lost"
+            ref = PodRef(pod.get("name", ""), pod.get("uid", ""))
+            released.append(Released(str(worker["id"]), ref, outcome))
+            _set_idle(worker, outcome, now)
+    if not released:
+        return Decision(None, released)
+    notes = tuple(
+        f"sweep released {r.worker_id} from {_describe(r.pod)} ({r.outcome})" for r in released
+    )
+    return Decision(_new_status(status, workers, now), released, notes=notes)
+
+
+# --- guarded writes ----------------------------------------------------------------------
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def guarded_write(
+    api: client.ApiClient,
+    node: str,
+    decide: Callable[[Mapping[str, Any]], Decision[T]],
+    *,
+    budget_s: float = CONFLICT_BUDGET_S,
+) -> T:
+    """The one way kuzk writes a WorkerStatus: GET, ``decide(status)``, replace ``/status``
+    with the resourceVersion that was read; on 409 Conflict back off (full jitter) and start
+    over, until ``budget_s`` seconds of continuous conflict raise WorkerWriteConflict."""
+    objects = client.CustomObjectsApi(api)
+    where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, node)
+    conflicts, deadline = 0, 0.0
+    while True:
+        try:
+            current = cast(dict[str, Any], objects.get_cluster_custom_object(*where))
+            decision = decide(current.get("status") or {})
+            if decision.status is None:
+                return decision.result
+            objects.replace_cluster_custom_object_status(
+                *where, {**current, "status": decision.status}
+            )
+        except ApiException as error:
+            if error.status == 404:
+                msg = f"WorkerStatus {node} does not exist"
+                raise WorkerStatusMissing(msg) from None
+            if error.status != 409:
+                raise
+            conflicts += 1
+            if conflicts == 1:
+                deadline = time.monotonic() + budget_s
+            elif time.monotonic() >= deadline:
+                msg = f"WorkerStatus {node}: still conflicting after {conflicts} tries"
+                raise WorkerWriteConflict(msg) from None
+            time.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**conflicts)))
+            continue
+        for note in decision.notes:
+            log.info("WorkerStatus %s: %s", node, note)
+        if decision.stale is not None:
+            STALE_WRITES.labels(decision.stale).inc()
+        return decision.result
+
+
+def claim(api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment) -> str:
+    """Mark the worker of ``gpu`` on ``node`` proving ``assignment``; return its ID.
+
+    Raises WorkerStatusMissing when the node's WorkerStatus does not exist yet."""
+    return guarded_write(api, node, lambda s: decide_claim(s, gpu, assignment, _now()))
+
+
+def stage(api: client.ApiClient, node: str, assignment: Assignment, stage: str) -> bool:
+    """Set the stage of the worker holding ``assignment``; False when the write is stale."""
+    return guarded_write(api, node, lambda s: decide_stage(s, assignment, stage, _now()))
+
+
+def heartbeat(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
+    """Refresh the heartbeat of the worker holding ``assignment``; False when stale. Callers
+    keep to one every HEARTBEAT_INTERVAL_S (ProverReporter does)."""
+    return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, _now()))
+
+
+def release(api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: Outcome) -> bool:
+    """Set idle the worker on ``node`` that still holds ``who``'s pod UID; True if it did.
+
+    False when it was already released, when the write is stale (refused and counted), or
+    when the WorkerStatus is gone: then there is nothing to release and a finalizer may go."""
+    try:
+        return guarded_write(api, node, lambda s: decide_release(s, who, outcome, _now()))
+    except WorkerStatusMissing:
+        log.info("no WorkerStatus %s: nothing to release for %s", node, _describe(who))
+        return False
+
+
+def sweep(
+    api: client.ApiClient,
+    node: str,
+    live_pods: Mapping[str, str],
+    now: datetime,
+    heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+) -> list[Released]:
+    """Release (guarded) the workers of ``node`` whose pod is not in ``live_pods`` (pod UID →
+    phase), or whose heartbeat is three intervals old while their pod is not Running."""
+    try:
+        return guarded_write(
+            api, node, lambda s: decide_sweep(s, live_pods, now, heartbeat_interval)
+        )
+    except WorkerStatusMissing:
+        return []
+
+
+def ensure_worker_status(api: client.ApiClient, node_name: str, node_uid: str) -> bool:
+    """Create ``node_name``'s WorkerStatus, owned by the Node (so the garbage collector
+    deletes it with the node), if absent. True if this call created it."""
+    body = {
+        "apiVersion": kapi.API_VERSION,
+        "kind": kapi.WORKERSTATUS_KIND,
+        "metadata": {
+            "name": node_name,
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
+            ],
+        },
+        "spec": {"nodeName": node_name},
+    }
+    try:
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body
+        )
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        raise
+    return True
+
+
+# --- the prover's side -------------------------------------------------------------------
+PROVER_ENV = (
+    "NODE_NAME",
+    "POD_NAME",
+    "POD_UID",
+    "POD_NAMESPACE",
+    "KUZK_JOB",
+    "KUZK_JOB_UID",
+    "KUZK_PARTITION",
+    "KUZK_ATTEMPT",
+    "KUZK_PROOF_KIND",
+)
+_NOT_A_DEVICE = ("", "all", "none", "void")
+# A status write that fails must not fail the proof: the operator's release and sweep repair.
+_WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError)
+
+
+def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
+    if env.get("KUBECONFIG"):
+        return config.new_client_from_config(config_file=env["KUBECONFIG"])
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+class ProverReporter:
+    """A partition pod's worker: ``claim`` at start, ``on_stage`` as the prover moves (the
+    ``prove(on_stage=...)`` hook), a heartbeat thread while it runs (one write per interval at
+    most, stage writes included), ``release`` at the end. Used as a context manager, leaving
+    the block releases what is still held: "failed" on an exception, else "succeeded"."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        node: str,
+        assignment: Assignment,
+        *,
+        visible_devices: str = "",
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+    ) -> None:
+        self.api, self.node, self.assignment = api, node, assignment
+        self.visible_devices = visible_devices
+        self.heartbeat_interval = heartbeat_interval
+        self.worker_id: str | None = None
+        self._lock = threading.Lock()
+        self._last_write = time.monotonic()
+        self._released = False
+        self._quiet = threading.Event()  # set: no more stage or heartbeat writes
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        api: client.ApiClient | None = None,
+        *,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+    ) -> ProverReporter:
+        """From the partition pod's env (DESIGN.md section 3) and its ServiceAccount:
+        ``KUBECONFIG`` when set, else the in-cluster token."""
+        env = os.environ if environ is None else environ
+        missing = [name for name in PROVER_ENV if not env.get(name)]
+        if missing:
+            msg = f"the prover's env lacks {', '.join(missing)}"
+            raise ValueError(msg)
+        assignment = Assignment(
+            job_namespace=env["POD_NAMESPACE"],
+            job_name=env["KUZK_JOB"],
+            job_uid=env["KUZK_JOB_UID"],
+            proof_kind=env["KUZK_PROOF_KIND"],
+            partition=int(env["KUZK_PARTITION"]),
+            attempt=int(env["KUZK_ATTEMPT"]),
+            pod_name=env["POD_NAME"],
+            pod_uid=env["POD_UID"],
+        )
+        return cls(
+            api or _api_from_env(env),
+            env["NODE_NAME"],
+            assignment,
+            visible_devices=env.get("NVIDIA_VISIBLE_DEVICES", ""),
+            heartbeat_interval=heartbeat_interval,
+        )
+
+    def gpu(self, device: Gpu | None = None) -> Gpu:
+        """The GPU this pod drives: the device's own (from CuPy) if given, else the first of
+        NVIDIA_VISIBLE_DEVICES, else the node's CPU."""
+        if device is not None:
+            return device
+        first = self.visible_devices.split(",")[0].strip()
+        if first.lower() not in _NOT_A_DEVICE:
+            return Gpu(first)
+        return Gpu(f"CPU-{self.node}", "cpu")
+
+    def claim(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
+        """Claim this pod's worker, waiting up to ``wait_s`` for the operator to create the
+        node's WorkerStatus; start the heartbeat. Raises what the last try raised."""
+        gpu = self.gpu(device)
+        deadline, delay = time.monotonic() + wait_s, 0.2
+        while True:
+            try:
+                self.worker_id = claim(self.api, self.node, gpu, self.assignment)
+                break
+            except WorkerStatusMissing:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("WorkerStatus %s not there yet; claiming again", self.node)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._last_write = time.monotonic()
+        self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
+        self._thread.start()
+        return self.worker_id
+
+    def on_stage(self, stage_name: str) -> None:
+        """Report a stage (synthesizing, synth_done, gpu) of the claimed assignment."""
+        self._write("stage", lambda: stage(self.api, self.node, self.assignment, stage_name))
+
+    def heartbeat(self) -> None:
+        """Refresh the heartbeat unless a write went out less than an interval ago."""
+        with self._lock:
+            if time.monotonic() - self._last_write < self.heartbeat_interval:
+                return
+        self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment))
+
+    def release(self, outcome: Outcome) -> bool:
+        """Stop the heartbeat and release the worker; True if this call released it. Without
+        a claim, or a second time, it writes nothing."""
+        with self._lock:
+            if self._released or self.worker_id is None:
+                return False
+            self._released = True
+        self._quiet.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            return release(self.api, self.node, self.assignment, outcome)
+        except _WRITE_ERRORS as error:
+            log.warning("release of %s failed: %s", _describe(self.assignment), error)
+            return False
+
+    def __enter__(self) -> ProverReporter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.release("succeeded" if exc_type is None else "failed")
+
+    def _beat(self) -> None:
+        while not self._quiet.wait(self.heartbeat_interval / 4):
+            self.heartbeat()
+
+    def _write(self, what: str, write: Callable[[], bool]) -> None:
+        if self._quiet.is_set() or self.worker_id is None:
+            return
+        with self._lock:
+            self._last_write = time.monotonic()
+        try:
+            held = write()
+        except _WRITE_ERRORS as error:
+            log.warning("%s of %s failed: %s", what, _describe(self.assignment), error)
+            return
+        if not held:
+            # The worker was released under us (sweep, or a newer pod on the GPU): stop
+            # writing about an assignment it no longer holds.
+            log.warning("%s no longer holds a worker on %s", _describe(self.assignment), self.node)
+            self._quiet.set()

@@ -1,0 +1,294 @@
+"""The pure decisions of the WorkerStatus protocol (kuzk.workers ``decide_*``), table by
+table: what each write makes of a status, when it is stale, and what it leaves alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kuzk.workers import (
+    Assignment,
+    Gpu,
+    PodRef,
+    ProverReporter,
+    Released,
+    decide_claim,
+    decide_heartbeat,
+    decide_release,
+    decide_stage,
+    decide_sweep,
+    stamp,
+)
+
+NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)
+LATER = NOW + timedelta(seconds=5)
+GPU0, GPU1 = Gpu("GPU-0", "NVIDIA H200", 1 << 37), Gpu("GPU-1")
+
+
+def assignment(pod: str, partition: int = 3, attempt: int = 1) -> Assignment:
+    return Assignment("ns", "job", "job-uid", "snap-update", partition, attempt, pod, f"uid-{pod}")
+
+
+A, B, A2 = assignment("a"), assignment("b", partition=4), assignment("a2", attempt=2)
+
+
+def proving(worker_id: str, gpu: str, who: Assignment, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": worker_id,
+        "gpu": {"uuid": gpu},
+        "state": "proving",
+        "job": {"namespace": "ns", "name": "job", "uid": "job-uid", "proofKind": "snap-update"},
+        "partition": who.partition,
+        "attempt": who.attempt,
+        "pod": {"name": who.pod_name, "uid": who.pod_uid},
+        "since": stamp(NOW),
+        "heartbeat": stamp(NOW),
+        "completed": 0,
+        **extra,
+    }
+
+
+def idle(worker_id: str, gpu: str, last: Assignment, completed: int = 0) -> dict[str, Any]:
+    return {
+        "id": worker_id,
+        "gpu": {"uuid": gpu},
+        "state": "idle",
+        "pod": {"name": last.pod_name, "uid": last.pod_uid},
+        "since": stamp(NOW),
+        "completed": completed,
+    }
+
+
+def status(*workers: dict[str, Any], stale: int = 0) -> dict[str, Any]:
+    return {
+        "workers": list(workers),
+        "proving": sum(w["state"] == "proving" for w in workers),
+        "workerCount": len(workers),
+        "staleWritesRejected": stale,
+        "updatedAt": stamp(NOW),
+    }
+
+
+def test_stamp_is_utc_with_milliseconds() -> None:
+    assert stamp(NOW) == "2025-03-04T05:06:07.891Z"
+
+
+# --- claim -------------------------------------------------------------------------------
+def test_first_claim_adds_the_worker_with_its_gpu() -> None:
+    got = decide_claim({}, GPU0, A, LATER)
+    assert got.result == "W0"
+    worker = proving("W0", "GPU-0", A, since=stamp(LATER), heartbeat=stamp(LATER))
+    worker["gpu"] = {"uuid": "GPU-0", "name": "NVIDIA H200", "memoryBytes": 1 << 37}
+    assert got.status == {**status(worker), "updatedAt": stamp(LATER)}
+    assert (got.stale, got.notes) == (None, ())
+
+
+@pytest.mark.parametrize(
+    ("workers", "gpu", "expected_id"),
+    [
+        ([idle("W0", "GPU-0", B)], GPU1, "W1"),
+        ([idle("W0", "GPU-0", B), idle("W2", "GPU-2", B)], GPU1, "W1"),
+        ([idle("W1", "GPU-9", B)], GPU1, "W0"),
+        ([idle("W0", "GPU-0", B), idle("W1", "GPU-1", B)], GPU1, "W1"),
+    ],
+    ids=["next", "lowest-free", "gap-at-zero", "known-gpu"],
+)
+def test_worker_id_is_stable_per_gpu(
+    workers: list[dict[str, Any]], gpu: Gpu, expected_id: str
+) -> None:
+    assert decide_claim(status(*workers), gpu, A, NOW).result == expected_id
+
+
+def test_claim_of_an_idle_worker_keeps_its_completed_count() -> None:
+    got = decide_claim(status(idle("W0", "GPU-0", B, completed=5)), GPU0, A, LATER)
+    assert got.status is not None
+    (worker,) = got.status["workers"]
+    assert (worker["state"], worker["completed"], worker["pod"]["uid"]) == ("proving", 5, "uid-a")
+    assert "stage" not in worker and got.notes == ()
+
+
+def test_claim_over_an_older_assignment_replaces_it_and_says_so() -> None:
+    got = decide_claim(status(proving("W0", "GPU-0", A, stage="gpu")), GPU0, A2, LATER)
+    assert got.status is not None
+    (worker,) = got.status["workers"]
+    assert (worker["pod"]["uid"], worker["attempt"]) == ("uid-a2", 2)
+    assert "stage" not in worker, "the new assignment has not reported a stage yet"
+    assert len(got.notes) == 1 and "uid-a2" in got.notes[0] and "uid-a)" in got.notes[0]
+    assert got.status["staleWritesRejected"] == 0
+
+
+def test_a_repeated_claim_writes_nothing() -> None:
+    got = decide_claim(status(proving("W0", "GPU-0", A, stage="gpu")), GPU0, A, LATER)
+    assert (got.status, got.result) == (None, "W0")
+
+
+# --- stage and heartbeat -----------------------------------------------------------------
+def test_stage_sets_stage_since_and_heartbeat() -> None:
+    got = decide_stage(status(proving("W0", "GPU-0", A)), A, "synth_done", LATER)
+    assert got.result is True and got.status is not None
+    (worker,) = got.status["workers"]
+    assert (worker["stage"], worker["since"], worker["heartbeat"]) == (
+        "synth_done",
+        stamp(LATER),
+        stamp(LATER),
+    )
+
+
+def test_stage_must_be_a_worker_stage() -> None:
+    with pytest.raises(ValueError, match="'done'"):
+        decide_stage(status(proving("W0", "GPU-0", A)), A, "done", LATER)
+
+
+def test_heartbeat_moves_only_the_heartbeat() -> None:
+    before = status(proving("W0", "GPU-0", A, stage="gpu"))
+    got = decide_heartbeat(before, A, LATER)
+    assert got.result is True and got.status is not None
+    assert got.status["workers"] == [proving("W0", "GPU-0", A, stage="gpu", heartbeat=stamp(LATER))]
+
+
+STALE_CASES = {
+    "other-pod": status(proving("W0", "GPU-0", B)),
+    "retried-attempt": status(proving("W0", "GPU-0", A2)),
+    "released": status(idle("W0", "GPU-0", A)),
+    "empty": {},
+}
+
+
+@pytest.mark.parametrize("before", STALE_CASES.values(), ids=STALE_CASES.keys())
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda s: decide_stage(s, A, "gpu", LATER),
+        lambda s: decide_heartbeat(s, A, LATER),
+    ],
+    ids=["stage", "heartbeat"],
+)
+def test_stage_and_heartbeat_for_an_assignment_not_held_are_stale(
+    before: dict[str, Any], write: Any
+) -> None:
+    got = write(before)
+    assert got.result is False and got.stale in ("stage", "heartbeat")
+    assert got.status["workers"] == before.get("workers", [])
+    assert got.status["staleWritesRejected"] == before.get("staleWritesRejected", 0) + 1
+    assert "uid-a)" in got.notes[0]
+
+
+# --- release -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("outcome", "completed"), [("succeeded", 3), ("failed", 2)])
+@pytest.mark.parametrize("who", [A, A.pod], ids=["assignment", "pod-ref"])
+def test_release_idles_the_holder(outcome: Any, completed: int, who: Assignment | PodRef) -> None:
+    before = status(proving("W0", "GPU-0", A, stage="gpu", completed=2), proving("W1", "GPU-1", B))
+    got = decide_release(before, who, outcome, LATER)
+    assert got.result is True and got.stale is None and got.status is not None
+    assert got.status["workers"][0] == {
+        **idle("W0", "GPU-0", A, completed=completed),
+        "since": stamp(LATER),
+    }
+    assert got.status["workers"][1] == before["workers"][1]
+    assert (got.status["proving"], got.status["workerCount"]) == (1, 2)
+
+
+def test_release_of_a_pod_already_released_writes_nothing() -> None:
+    got = decide_release(status(idle("W0", "GPU-0", A, completed=1)), A.pod, "succeeded", LATER)
+    assert (got.status, got.result, got.stale) == (None, False, None)
+
+
+@pytest.mark.parametrize(
+    "before",
+    [STALE_CASES["other-pod"], STALE_CASES["retried-attempt"], STALE_CASES["empty"]],
+    ids=["other-pod", "retried-attempt", "empty"],
+)
+def test_late_release_is_stale_and_changes_no_worker(before: dict[str, Any]) -> None:
+    got = decide_release(before, A, "succeeded", LATER)
+    assert (got.result, got.stale) == (False, "release")
+    assert got.status is not None
+    assert got.status["workers"] == before.get("workers", [])
+    assert got.status["staleWritesRejected"] == before.get("staleWritesRejected", 0) + 1
+    (note,) = got.notes
+    assert "uid-a)" in note
+    for worker in before.get("workers", []):
+        assert worker["pod"]["uid"] in note, "both assignments are named"
+
+
+# --- sweep -------------------------------------------------------------------------------
+def test_sweep_frees_gone_pods_and_silent_pods_that_are_not_running() -> None:
+    c, d, e = assignment("c"), assignment("d"), assignment("e")
+    silent = stamp(NOW - timedelta(seconds=31))
+    before = status(
+        proving("W0", "GPU-0", A, heartbeat=silent),  # Running: kept however silent
+        proving("W1", "GPU-1", B),  # gone
+        proving("W2", "GPU-2", c, heartbeat=silent),  # Succeeded and silent
+        proving("W3", "GPU-3", d, heartbeat=stamp(NOW - timedelta(seconds=29))),  # Failed, fresh
+        idle("W4", "GPU-4", e),
+    )
+    live = {"uid-a": "Running", "uid-c": "Succeeded", "uid-d": "Failed"}
+    got = decide_sweep(before, live, NOW, heartbeat_interval=10)
+    assert got.result == [Released("W1", B.pod, "lost"), Released("W2", c.pod, "succeeded")]
+    assert got.status is not None
+    states = [(w["id"], w["state"], w["completed"]) for w in got.status["workers"]]
+    assert states == [
+        ("W0", "proving", 0),
+        ("W1", "idle", 0),
+        ("W2", "idle", 1),
+        ("W3", "proving", 0),
+        ("W4", "idle", 0),
+    ]
+    assert got.status["proving"] == 2 and len(got.notes) == 2
+
+
+def test_sweep_with_nothing_to_free_writes_nothing() -> None:
+    got = decide_sweep(status(proving("W0", "GPU-0", A)), {"uid-a": "Running"}, NOW)
+    assert (got.status, got.result) == (None, [])
+
+
+# --- GPU identity ------------------------------------------------------------------------
+def test_gpu_from_cuda_properties_reads_like_nvidia_smi() -> None:
+    props = {
+        "uuid": bytes.fromhex("0b6f8d5e7f0c4a559d1e1c0ffee00001"),
+        "name": b"NVIDIA H200\x00\x00",
+        "totalGlobalMem": 150_754_820_096,
+    }
+    assert Gpu.from_cuda_properties(props) == Gpu(
+        "GPU-0b6f8d5e-7f0c-4a55-9d1e-1c0ffee00001", "NVIDIA H200", 150_754_820_096
+    )
+
+
+ENV = {
+    "NODE_NAME": "gpu-node-1",
+    "POD_NAME": "job-p0-a1",
+    "POD_UID": "pod-uid",
+    "POD_NAMESPACE": "ns",
+    "KUZK_JOB": "job",
+    "KUZK_JOB_UID": "job-uid",
+    "KUZK_PARTITION": "0",
+    "KUZK_ATTEMPT": "1",
+    "KUZK_PROOF_KIND": "winning-post",
+}
+
+
+@pytest.mark.parametrize(
+    ("devices", "device", "expected"),
+    [
+        ("GPU-a,GPU-b", None, Gpu("GPU-a")),
+        ("GPU-a", GPU1, GPU1),
+        ("", None, Gpu("CPU-gpu-node-1", "cpu")),
+        ("all", None, Gpu("CPU-gpu-node-1", "cpu")),
+        ("void", None, Gpu("CPU-gpu-node-1", "cpu")),
+    ],
+)
+def test_prover_gpu_identity(devices: str, device: Gpu | None, expected: Gpu) -> None:
+    env = {**ENV, "NVIDIA_VISIBLE_DEVICES": devices}
+    reporter = ProverReporter.from_env(env, api=client.ApiClient())
+    assert reporter.gpu(device) == expected
+    assert reporter.assignment == Assignment(
+        "ns", "job", "job-uid", "winning-post", 0, 1, "job-p0-a1", "pod-uid"
+    )
+
+
+def test_prover_env_must_name_the_assignment() -> None:
+    env = {k: v for k, v in ENV.items() if k not in ("POD_UID", "KUZK_ATTEMPT")}
+    with pytest.raises(ValueError, match="lacks POD_UID, KUZK_ATTEMPT"):
+        ProverReporter.from_env(env, api=client.ApiClient())
