@@ -1,0 +1,110 @@
+"""Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs installed from ``kuzk.crds``,
+once per session, left installed), ``admin`` (the cluster's admin ApiClient with the CRDs in
+place), ``worker_status`` (creates WorkerStatus objects with unique names, deleted at teardown)
+and ``make_assignment`` (fresh assignments with generated UIDs)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kuzk import api as kapi
+from kuzk.crds import all_crds
+from kuzk.workers import Assignment
+from tests.testenv.cluster import Cluster
+from tests.testenv.waiting import wait_for
+
+
+def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
+    crd = ext.read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    ext = client.ApiextensionsV1Api(cluster.api)
+    for crd in all_crds():
+        try:
+            ext.create_custom_resource_definition(crd)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        name = crd["metadata"]["name"]
+        wait_for(lambda n=name: _established(ext, n), 30, f"CRD {name} established")
+
+
+@pytest.fixture
+def admin(cluster: Cluster, crds: None) -> client.ApiClient:
+    return cluster.api
+
+
+def create_worker_status(api: client.ApiClient, name: str) -> dict[str, Any]:
+    """A WorkerStatus without an owner (its node is imaginary, so the garbage collector must
+    not be given a missing owner to act on)."""
+    body = {
+        "apiVersion": kapi.API_VERSION,
+        "kind": kapi.WORKERSTATUS_KIND,
+        "metadata": {"name": name},
+        "spec": {"nodeName": name},
+    }
+    created = client.CustomObjectsApi(api).create_cluster_custom_object(
+        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body
+    )
+    return cast(dict[str, Any], created)
+
+
+def delete_worker_status(api: client.ApiClient, name: str) -> None:
+    with contextlib.suppress(ApiException):
+        client.CustomObjectsApi(api).delete_cluster_custom_object(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name
+        )
+
+
+def read_worker_status(api: client.ApiClient, name: str) -> dict[str, Any]:
+    got = client.CustomObjectsApi(api).get_cluster_custom_object(
+        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name
+    )
+    return cast(dict[str, Any], got)
+
+
+@pytest.fixture
+def worker_status(admin: client.ApiClient) -> Iterator[Callable[[], str]]:
+    """``worker_status()`` creates a WorkerStatus named ``ws-<random>`` and returns its name."""
+    names: list[str] = []
+
+    def create() -> str:
+        name = f"ws-{uuid.uuid4().hex[:10]}"
+        create_worker_status(admin, name)
+        names.append(name)
+        return name
+
+    yield create
+    for name in names:
+        delete_worker_status(admin, name)
+
+
+def new_assignment(
+    job: str = "snap", partition: int = 0, attempt: int = 1, *, job_uid: str | None = None
+) -> Assignment:
+    pod_uid = str(uuid.uuid4())
+    return Assignment(
+        job_namespace="provers",
+        job_name=job,
+        job_uid=job_uid or str(uuid.uuid5(uuid.NAMESPACE_URL, job)),
+        proof_kind="snap-update",
+        partition=partition,
+        attempt=attempt,
+        pod_name=f"{job}-p{partition}-a{attempt}",
+        pod_uid=pod_uid,
+    )
+
+
+@pytest.fixture
+def make_assignment() -> Callable[..., Assignment]:
+    return new_assignment

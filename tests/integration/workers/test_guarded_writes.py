@@ -1,0 +1,201 @@
+"""The guarded write's edges against the API server: missing objects never stick a finalizer,
+stale stage and heartbeat writes are refused and counted, continuous conflict gives up with a
+clear error, worker IDs are stable per GPU, the sweep frees what no pod holds, and a node's
+WorkerStatus goes with its Node."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from kuzk import api as kapi
+from kuzk.workers import (
+    Assignment,
+    Gpu,
+    PodRef,
+    Released,
+    WorkerStatusMissing,
+    WorkerWriteConflict,
+    claim,
+    decide_heartbeat,
+    ensure_worker_status,
+    guarded_write,
+    heartbeat,
+    release,
+    stage,
+    sweep,
+)
+from tests.integration.workers.conftest import read_worker_status
+from tests.integration.workers.test_stale_finalizer_race import stale_count
+from tests.testenv.cluster import Cluster
+from tests.testenv.waiting import wait_for
+
+GPUS = [Gpu(f"GPU-{uuid.uuid4()}", "NVIDIA H200", 143_771_942_912) for _ in range(3)]
+
+
+def workers(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
+    status = read_worker_status(api, node).get("status") or {}
+    return {w["id"]: w for w in status.get("workers") or []}
+
+
+def test_missing_object_claim_raises_release_and_sweep_do_nothing(
+    admin: client.ApiClient, make_assignment: Callable[..., Assignment]
+) -> None:
+    node = f"gone-{uuid.uuid4().hex[:8]}"
+    a = make_assignment()
+    with pytest.raises(WorkerStatusMissing, match=node):
+        claim(admin, node, GPUS[0], a)
+    with pytest.raises(WorkerStatusMissing):
+        stage(admin, node, a, "gpu")
+    assert release(admin, node, a, "succeeded") is False
+    assert release(admin, node, a.pod, "failed") is False
+    assert sweep(admin, node, {}, datetime.now(UTC)) == []
+
+
+def test_stale_stage_and_heartbeat_are_refused_and_counted(
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
+) -> None:
+    node = worker_status()
+    a, b = make_assignment(partition=1), make_assignment(partition=2)
+    claim(admin, node, GPUS[0], a)
+    assert stage(admin, node, a, "synthesizing") is True
+    assert release(admin, node, a, "succeeded") is True
+    claim(admin, node, GPUS[0], b)
+    before = stale_count("stage"), stale_count("heartbeat")
+    assert stage(admin, node, a, "gpu") is False
+    assert heartbeat(admin, node, a) is False
+    assert stage(admin, node, b, "synth_done") is True
+    w0 = workers(admin, node)["W0"]
+    assert (w0["pod"]["uid"], w0["stage"], w0["completed"]) == (b.pod_uid, "synth_done", 1)
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
+    assert (stale_count("stage"), stale_count("heartbeat")) == (before[0] + 1, before[1] + 1)
+
+
+def test_worker_ids_are_stable_per_gpu(
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
+) -> None:
+    node = worker_status()
+    ids = []
+    for round_ in range(2):
+        for gpu in (GPUS[1], GPUS[0]):
+            a = make_assignment(partition=round_)
+            ids.append(claim(admin, node, gpu, a))
+            assert release(admin, node, a, "succeeded") is True
+    assert ids == ["W0", "W1", "W0", "W1"]
+    got = workers(admin, node)
+    assert {w["gpu"]["uuid"] for w in got.values()} == {GPUS[0].uuid, GPUS[1].uuid}
+    assert got["W0"]["gpu"] == {
+        "uuid": GPUS[1].uuid,
+        "name": "NVIDIA H200",
+        "memoryBytes": 143_771_942_912,
+    }
+    assert [w["completed"] for w in got.values()] == [2, 2]
+
+
+class BumpingClient(client.ApiClient):
+    """Before each of its PUTs, another writer changes the object: every write conflicts."""
+
+    def __init__(self, configuration: client.Configuration, bump: Callable[[], None]) -> None:
+        super().__init__(configuration)
+        self.bump = bump
+        self.puts = 0
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "PUT":
+            self.puts += 1
+            self.bump()
+        return super().call_api(method, url, *args, **kwargs)
+
+
+def test_continuous_conflict_gives_up_with_a_clear_error(
+    cluster: Cluster,
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
+) -> None:
+    node = worker_status()
+    a = make_assignment()
+    claim(admin, node, GPUS[0], a)
+    configuration = client.Configuration()
+    config.load_kube_config(str(cluster.kubeconfig), client_configuration=configuration)
+    bumping = BumpingClient(configuration, lambda: heartbeat(admin, node, a))
+    with pytest.raises(WorkerWriteConflict, match=f"WorkerStatus {node}: still conflicting"):
+        guarded_write(
+            bumping, node, lambda s: decide_heartbeat(s, a, datetime.now(UTC)), budget_s=0.5
+        )
+    assert bumping.puts >= 3, "it retried before giving up"
+
+
+def test_sweep_releases_workers_whose_pod_is_gone_or_silent(
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
+) -> None:
+    node = worker_status()
+    running, finished, gone = (make_assignment(partition=i) for i in range(3))
+    for gpu, a in zip(GPUS, (running, finished, gone), strict=True):
+        claim(admin, node, gpu, a)
+    live = {running.pod_uid: "Running", finished.pod_uid: "Succeeded"}
+    now = datetime.now(UTC)
+    assert sweep(admin, node, live, now) == [Released("W2", gone.pod, "lost")]
+    # Thirty seconds without a heartbeat free a worker whose pod is not Running, only then.
+    later = now + timedelta(seconds=31)
+    assert sweep(admin, node, live, later) == [Released("W1", finished.pod, "succeeded")]
+    assert sweep(admin, node, live, later) == []
+    got = workers(admin, node)
+    assert [got[w]["state"] for w in ("W0", "W1", "W2")] == ["proving", "idle", "idle"]
+    assert [got[w]["completed"] for w in ("W0", "W1", "W2")] == [0, 1, 0]
+    assert release(admin, node, PodRef(gone.pod_name, gone.pod_uid), "failed") is False
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 0
+
+
+@pytest.fixture
+def node_object(admin: client.ApiClient) -> Iterator[client.V1Node]:
+    core = client.CoreV1Api(admin)
+    name = f"ws-owner-{uuid.uuid4().hex[:8]}"
+    node = core.create_node({"metadata": {"name": name}})
+    yield node
+    for delete in (
+        lambda: core.delete_node(name),
+        lambda: client.CustomObjectsApi(admin).delete_cluster_custom_object(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name
+        ),
+    ):
+        try:
+            delete()
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def test_worker_status_is_created_once_and_deleted_with_its_node(
+    admin: client.ApiClient, node_object: client.V1Node
+) -> None:
+    name, uid = node_object.metadata.name, node_object.metadata.uid
+    assert ensure_worker_status(admin, name, uid) is True
+    assert ensure_worker_status(admin, name, uid) is False
+    created = read_worker_status(admin, name)
+    assert created["spec"] == {"nodeName": name}
+    assert created["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}
+    ]
+    client.CoreV1Api(admin).delete_node(name)
+
+    def gone() -> bool:
+        try:
+            read_worker_status(admin, name)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, 60, f"garbage collection of WorkerStatus {name}")

@@ -1,0 +1,134 @@
+"""One writer of the concurrency test, run as a thread or as a spawned process.
+
+A writer repeatedly takes a GPU's lease (the harness's stand-in for the kubelet's GPU
+exclusivity), runs one fresh assignment on it (claim, then stages and heartbeats in random
+order, then release) and gives the lease back. While it holds a GPU it also sends, on
+purpose, late writes about assignments it ran on that GPU before (the stale finalizer):
+those must be refused. It checks every answer against what the protocol promises and reports
+what the test's model needs: per assignment its GPU, order on that GPU, outcome and stages.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from kubernetes import config
+
+from kuzk.workers import Assignment, Gpu, claim, heartbeat, release, stage
+
+STAGES = ("synthesizing", "synth_done", "gpu")
+
+
+class Lock(Protocol):
+    def __enter__(self) -> object: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass
+class Ran:
+    """One assignment a writer ran: its GPU, its order among that GPU's assignments, the
+    worker that took it, the stages it set and how it ended."""
+
+    gpu: int
+    order: int
+    pod_uid: str
+    worker: str
+    stages: list[str]
+    succeeded: bool
+
+
+@dataclass
+class Report:
+    writer: int
+    operations: int = 0
+    stale_sent: int = 0
+    ran: list[Ran] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def run_writer(
+    kubeconfig: str,
+    node: str,
+    writer: int,
+    gpus: list[str],
+    leases: list[Lock],
+    orders: Any,
+    operations: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Run until ``operations`` writes are done; return the Report as a dict. ``orders`` is
+    a shared integer array, one counter per GPU, advanced under that GPU's lease."""
+    api = config.new_client_from_config(config_file=kubeconfig)
+    rng = random.Random(seed)
+    report = Report(writer)
+    past: dict[int, list[Assignment]] = {g: [] for g in range(len(gpus))}
+
+    def expect(what: str, got: object, want: object) -> None:
+        report.operations += 1
+        if got != want:
+            report.errors.append(f"writer {writer}: {what} answered {got!r}, expected {want!r}")
+
+    while report.operations < operations:
+        g = rng.randrange(len(gpus))
+        with leases[g]:
+            orders[g] += 1
+            order = orders[g]
+            a = Assignment(
+                "concurrency",
+                f"job-{writer}",
+                str(uuid.uuid4()),
+                "porep-c2",
+                rng.randrange(10),
+                1 + rng.randrange(3),
+                f"pod-{writer}-{order}",
+                str(uuid.uuid4()),
+            )
+            worker = claim(api, node, Gpu(gpus[g]), a)
+            report.operations += 1
+            steps: list[str] = [rng.choice(STAGES) for _ in range(rng.randrange(4))]
+            steps += ["heartbeat"] * rng.randrange(2)
+            if past[g] and rng.random() < 0.5:
+                steps.append("stale")
+            rng.shuffle(steps)
+            stages: list[str] = []
+            for step in steps:
+                if step == "heartbeat":
+                    expect("heartbeat", heartbeat(api, node, a), True)
+                elif step == "stale":
+                    _send_stale(api, node, rng, rng.choice(past[g]), expect)
+                    report.stale_sent += 1
+                else:
+                    expect(f"stage {step}", stage(api, node, a, step), True)
+                    stages.append(step)
+            succeeded = rng.random() < 0.75
+            expect("release", release(api, node, a, "succeeded" if succeeded else "failed"), True)
+            if rng.random() < 0.2:
+                # The operator's finalizer after the prover's own release: done, not stale.
+                expect("second release", release(api, node, a.pod, "succeeded"), False)
+        past[g].append(a)
+        report.ran.append(Ran(g, order, a.pod_uid, worker, stages, succeeded))
+    return asdict(report)
+
+
+def _send_stale(api: Any, node: str, rng: random.Random, old: Assignment, expect: Any) -> None:
+    kind = rng.choice(("release", "finalizer", "stage", "heartbeat"))
+    if kind == "release":
+        expect("stale release", release(api, node, old, "succeeded"), False)
+    elif kind == "finalizer":
+        expect("stale finalizer release", release(api, node, old.pod, "succeeded"), False)
+    elif kind == "stage":
+        expect("stale stage", stage(api, node, old, rng.choice(STAGES)), False)
+    else:
+        expect("stale heartbeat", heartbeat(api, node, old), False)
+
+
+def process_main(queue: Any, *args: Any) -> None:
+    """Entry point of a writer process: run, then hand the report back through ``queue``."""
+    try:
+        queue.put(run_writer(*args))
+    except Exception as error:  # the parent must learn why, not wait for a report forever
+        queue.put({"writer": args[2], "crash": f"{type(error).__name__}: {error}"})
+        raise
