@@ -17,7 +17,9 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from kuzk import crds
+from kuzk import api, crds
+from kuzk.actions import ReleaseWorker
+from kuzk.controller import Controller, load_config
 from kuzk.pods import PodSettings
 
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -94,10 +96,20 @@ def _parser() -> argparse.ArgumentParser:
         help="ServiceAccount of partition pods (default kuzk-prover)",
     )
     op.add_argument(
-        "--liveness-port",
-        type=int,
+        "--liveness-endpoint",
         default=None,
-        help="serve Kopf's liveness probe on this port at /healthz",
+        metavar="URL",
+        help="serve Kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz",
+    )
+
+    rel = sub.add_parser(
+        "release-finalizers",
+        help="release the workers of all partition pods and drop their finalizers "
+        "(run on uninstall, so no pod is left undeletable once the operator is gone)",
+    )
+    rel.add_argument(
+        "-n", "--namespace", action="append", default=[],
+        help="only this namespace (repeatable); default: all namespaces",
     )
 
     sub.add_parser("crds", help="print the CustomResourceDefinitions as YAML")
@@ -139,7 +151,7 @@ def run_operator(args: argparse.Namespace) -> int:
     from kuzk import handlers
 
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
-    kopf.configure(verbose=args.verbose, log_format=fmt)
+    kopf.configure(verbose=args.verbose, log_format=fmt, log_prefix=True)
     logging.getLogger("kuzk").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         handlers.configure(
@@ -158,7 +170,6 @@ def run_operator(args: argparse.Namespace) -> int:
         _ensure_peering(args.peering, namespaces)
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime
-    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     peering: dict[str, object] = {"standalone": True}
     if not args.standalone:
         # An explicit peering name makes peering mandatory: replicas wait for the peering
@@ -169,9 +180,35 @@ def run_operator(args: argparse.Namespace) -> int:
         settings=settings,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        liveness_endpoint=liveness,
+        liveness_endpoint=args.liveness_endpoint,
         **peering,  # type: ignore[arg-type]
     )
+    return 0
+
+
+def release_finalizers(args: argparse.Namespace) -> int:
+    try:
+        load_config()
+    except config.ConfigException as e:
+        print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
+        return 1
+    api_client = client.ApiClient()
+    ctl = Controller(api_client, PodSettings(image=""), lambda job, event: None)
+    selector = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
+    core = client.CoreV1Api(api_client)
+    pods = (
+        [p for ns in args.namespace
+         for p in core.list_namespaced_pod(ns, label_selector=selector).items]
+        if args.namespace
+        else core.list_pod_for_all_namespaces(label_selector=selector).items
+    )
+    done = 0
+    for pod in pods:
+        if api.FINALIZER in (pod.metadata.finalizers or []):
+            action = ReleaseWorker(pod.metadata.name, pod.metadata.uid, pod.spec.node_name)
+            ctl.release(pod.metadata.namespace, action)
+            done += 1
+    print(f"released {done} partition pod(s)")
     return 0
 
 
@@ -180,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "crds":
         sys.stdout.write(crds.dump_yaml())
         return 0
+    if args.command == "release-finalizers":
+        return release_finalizers(args)
     return run_operator(args)
 
 

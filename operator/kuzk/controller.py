@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kuzk import api, workers
@@ -24,7 +24,16 @@ from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
 
 log = logging.getLogger("kuzk.controller")
+RESYNC_SECONDS = 10.0
 Poster = Callable[[dict[str, Any], Event], None]
+
+
+def load_config() -> None:
+    """In a pod, its ServiceAccount; elsewhere, the kubeconfig (KUBECONFIG or ~/.kube)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
 
 
 def _outcome(pod: client.V1Pod) -> workers.Outcome:
@@ -75,7 +84,8 @@ class Controller:
 
     # --- sync --------------------------------------------------------------------------
     def sync(self, namespace: str, name: str) -> float | None:
-        """Reconcile one ProofJob once; return seconds until it needs another look."""
+        """Reconcile one ProofJob once; return seconds until it needs another look (at most
+        RESYNC_SECONDS while it runs; None once it is finished and has no TTL to wait for)."""
         job = self._job(namespace, name)
         if job is None:
             return None
@@ -91,7 +101,9 @@ class Controller:
             return None
         self._write_status(job, decision.status)
         self._apply(job, decision)
-        return decision.requeue_after
+        if decision.status.get("phase") in ("Succeeded", "Failed"):
+            return decision.requeue_after
+        return min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
 
     def _write_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
         if status == job.get("status"):

@@ -1,8 +1,9 @@
 """Kopf handlers: a few lines each, handing the work to ``kuzk.controller``.
 
 Any event of a ProofJob, or of a pod labelled with its ``kuzk.io/job``, syncs that job; a
-timer per job is the safety net. Syncs of one job are serialized by a lock per job, and the
-blocking client calls run in a thread so the event loop stays free.
+resync scheduled after each sync is the safety net and the clock. Syncs of one job are
+serialized by a lock per job, and the blocking client calls run in a thread so the event
+loop stays free.
 """
 
 from __future__ import annotations
@@ -10,30 +11,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kopf
-from kubernetes import client, config
+from kubernetes import client
 
 from kuzk import api
 from kuzk.actions import Event
-from kuzk.controller import Conflict, Controller
+from kuzk.controller import Conflict, Controller, load_config
 from kuzk.pods import PodSettings
 
 log = logging.getLogger("kuzk.handlers")
 CONTROLLER: Controller | None = None
 LOCKS: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
-REQUEUES: dict[tuple[str, str], asyncio.TimerHandle] = {}
+LATER: dict[tuple[str, ...], asyncio.TimerHandle] = {}
+SWEEP_SECONDS = 30.0
 TASKS: set[asyncio.Task[None]] = set()
 
 
 def configure(settings: PodSettings) -> None:
     """Called by ``kuzk operator`` before Kopf starts."""
     global CONTROLLER
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
+    load_config()
     CONTROLLER = Controller(client.ApiClient(), settings, _post_event)
 
 
@@ -68,28 +68,47 @@ async def sync(namespace: str, name: str) -> None:
         else:
             msg = f"{namespace}/{name} kept changing under the operator; retrying"
             raise kopf.TemporaryError(msg, delay=1)
-    if delay is not None:
-        _requeue(key, delay)
+    if delay is None:
+        _cancel(("job", *key))
+    else:
+        _later(("job", *key), delay, lambda: sync(namespace, name))
 
 
-def _requeue(key: tuple[str, str], delay: float) -> None:
-    """Look at the job again after ``delay`` seconds (a deadline, a TTL, a grace period)."""
-    old = REQUEUES.pop(key, None)
+async def sweep(node: str) -> None:
+    await asyncio.to_thread(_controller().sweep, node)
+    _later(("sweep", node), SWEEP_SECONDS, lambda: sweep(node))
+
+
+def _cancel(key: tuple[str, ...]) -> None:
+    old = LATER.pop(key, None)
     if old is not None:
         old.cancel()
 
+
+def _later(key: tuple[str, ...], delay: float,
+           work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``work`` after ``delay`` seconds, replacing what was scheduled under ``key``.
+
+    This is the safety net and the clock (deadlines, TTLs, grace periods, the worker sweep).
+    Kopf timers would do it, but they put a finalizer on every object, which would leave
+    ProofJobs and WorkerStatuses undeletable once the operator is uninstalled.
+    """
+    _cancel(key)
+
     def fire() -> None:
-        REQUEUES.pop(key, None)
-        task = asyncio.ensure_future(sync(*key))
+        LATER.pop(key, None)
+        task = asyncio.ensure_future(work())
         TASKS.add(task)
         task.add_done_callback(TASKS.discard)
 
-    REQUEUES[key] = asyncio.get_running_loop().call_later(max(delay, 0.1), fire)
+    LATER[key] = asyncio.get_running_loop().call_later(max(delay, 0.1), fire)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
 async def proofjob_event(type: str, namespace: str, name: str, **_: Any) -> None:
-    if type != "DELETED":
+    if type == "DELETED":
+        _cancel(("job", namespace, name))
+    else:
         await sync(namespace, name)
 
 
@@ -102,17 +121,16 @@ async def pod_event(namespace: str, meta: kopf.Meta, **_: Any) -> None:
             await sync(namespace, owner["name"])
 
 
-@kopf.timer(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL, interval=10, idle=0)
-async def proofjob_timer(namespace: str, name: str, **_: Any) -> None:
-    await sync(namespace, name)
-
-
 @kopf.on.event("", "v1", "nodes")
 async def node_event(type: str, body: kopf.Body, **_: Any) -> None:
     if type != "DELETED":
         await asyncio.to_thread(_controller().ensure_worker_status, dict(body))
 
 
-@kopf.timer(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, interval=30)
-async def worker_sweep(spec: kopf.Spec, **_: Any) -> None:
-    await asyncio.to_thread(_controller().sweep, spec["nodeName"])
+@kopf.on.event(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
+async def workerstatus_event(type: str, spec: kopf.Spec, **_: Any) -> None:
+    key = ("sweep", spec["nodeName"])
+    if type == "DELETED":
+        _cancel(key)
+    elif key not in LATER:
+        _later(key, SWEEP_SECONDS, lambda: sweep(spec["nodeName"]))
