@@ -23,6 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from kubernetes.client.rest import ApiException
+from kubernetes.config import ConfigException
+
+from kuzk.workers import Gpu, ProverReporter, WorkerStatusMissing, WorkerWriteConflict
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
@@ -33,6 +37,8 @@ from kuzk_prover.termination import message_path, one_line, write_message
 log = logging.getLogger("kuzk_prover")
 
 EXIT_OK, EXIT_RETRY, EXIT_INVALID, EXIT_TERMINATED = 0, 1, 2, 143
+# How long a new pod waits for the operator to create its node's WorkerStatus.
+CLAIM_WAIT_S = 10.0
 
 
 class Terminated(BaseException):
@@ -68,11 +74,40 @@ def _fail(path: Path | None, code: int, reason: str) -> int:
     return code
 
 
-def _prove(proof: ProofInput, backend: Backend, context: str) -> Result:
+def _prove(
+    proof: ProofInput, backend: Backend, context: str, reporter: ProverReporter | None
+) -> Result:
     def on_stage(stage: str) -> None:
         log.info("stage=%s %s", stage, context)
+        if reporter is not None:
+            reporter.on_stage(stage)
 
     return prove(proof, on_stage=on_stage, xp=backend.xp)
+
+
+def _reporter(env: Mapping[str, str]) -> ProverReporter | None:
+    """The WorkerStatus reporter of a partition pod; None outside one (``--local``, tests)."""
+    if not env.get("POD_UID") or not env.get("NODE_NAME"):
+        return None
+    try:
+        return ProverReporter.from_env(env)
+    except (ValueError, ConfigException) as exc:
+        log.warning("not reporting the GPU worker's status: %s", exc)
+        return None
+
+
+def _claim(reporter: ProverReporter, backend: Backend) -> None:
+    """Claim the worker. Best effort: a proof is worth more than its status line, and the
+    operator's finalizer release and sweep repair a worker the prover could not write."""
+    device = None
+    if backend.gpu_uuid:
+        device = Gpu(backend.gpu_uuid, backend.gpu_name or "", backend.memory_bytes)
+    try:
+        worker = reporter.claim(device, wait_s=CLAIM_WAIT_S)
+    except (WorkerStatusMissing, WorkerWriteConflict, ApiException, OSError) as exc:
+        log.warning("could not claim the GPU worker, proving without status: %s", exc)
+        return
+    log.info("claimed worker %s on %s", worker, reporter.node)
 
 
 def _run(
@@ -85,8 +120,30 @@ def _run(
         return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
     except BackendUnavailable as exc:
         return _fail(path, EXIT_RETRY, f"no backend: {exc}")
+    reporter = _reporter(env) if path is not None else None
+    if reporter is None:
+        return _prove_and_report(proof, backend, path, attempt, context, None)
+    _claim(reporter, backend)
+    # The prover releases its own worker, SIGTERM included; after a SIGKILL the operator's
+    # finalizer release does it.
+    code = EXIT_RETRY
     try:
-        result = _prove(proof, backend, context)
+        code = _prove_and_report(proof, backend, path, attempt, context, reporter)
+    finally:
+        reporter.release("succeeded" if code == EXIT_OK else "failed")
+    return code
+
+
+def _prove_and_report(
+    proof: ProofInput,
+    backend: Backend,
+    path: Path | None,
+    attempt: int,
+    context: str,
+    reporter: ProverReporter | None,
+) -> int:
+    try:
+        result = _prove(proof, backend, context, reporter)
     except SelfCheckFailed as exc:
         return _fail(path, EXIT_RETRY, f"self-check failed, result withheld: {exc}")
     except MemoryError:
