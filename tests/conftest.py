@@ -1,7 +1,7 @@
 """Fixtures for every tier: ``cluster`` (one real control plane per test session, started on
 first use, so unit tests never pay for it), ``namespace`` (a fresh namespace per test, with its
 ``default`` ServiceAccount ready, deleted afterwards) and ``nodes`` (process-kubelet GPU nodes
-for one test)."""
+for one test), and ``kuzk_installed`` (the CRDs and PriorityClasses, once per session)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kuzk import crds, install
 from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import ControlPlane
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet
@@ -85,3 +87,14 @@ def _node_ready(core: client.CoreV1Api, name: str) -> bool:
     except ApiException:
         return False
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+@pytest.fixture(scope="session")
+def kuzk_installed(cluster: Cluster) -> Cluster:
+    objects = [*crds.all_crds(), *install.priority_classes()]
+    cluster.kubectl("apply", "--server-side", "-f", "-",
+                    input=yaml.safe_dump_all(objects))
+    for crd in crds.all_crds():
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                        f"crd/{crd['metadata']['name']}")
+    return cluster

@@ -1,5 +1,4 @@
-"""Operator fixtures: the kuzk CRDs, Kopf's peering CRDs and the PriorityClasses installed
-once per session (``kuzk_installed``), ``run_operator`` to start ``kuzk operator`` processes
+"""Operator fixtures: ``run_operator`` to start ``kuzk operator`` processes
 with the stand-in prover, and ``plan`` (the folder that steers the stand-in)."""
 
 from __future__ import annotations
@@ -20,22 +19,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api, crds, install
+from kuzk import api
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
 STANDIN = Path(__file__).parent / "standin.py"
-
-
-@pytest.fixture(scope="session")
-def kuzk_installed(cluster: Cluster) -> Cluster:
-    objects = [*crds.all_crds(), *install.priority_classes()]
-    cluster.kubectl("apply", "--server-side", "-f", "-",
-                    input=yaml.safe_dump_all(objects))
-    for crd in crds.all_crds():
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                        f"crd/{crd['metadata']['name']}")
-    return cluster
 
 
 @dataclass

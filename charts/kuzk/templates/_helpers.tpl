@@ -1,0 +1,38 @@
+{{/* Standard labels, from one place. Selectors use only name and instance (immutable). */}}
+{{- define "kuzk.selectorLabels" -}}
+app.kubernetes.io/name: kuzk-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kuzk.labels" -}}
+{{ include "kuzk.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kuzk
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kuzk.fullname" -}}
+{{- printf "%s-kuzk" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kuzk.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Namespaces that run partition pods. */}}
+{{- define "kuzk.proverNamespaces" -}}
+{{- $ns := .Values.prover.namespaces | default .Values.operator.watchNamespaces -}}
+{{- if not $ns }}{{- $ns = list .Release.Namespace }}{{- end -}}
+{{ toJson $ns }}
+{{- end }}
+
+{{- define "kuzk.securityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
