@@ -47,7 +47,7 @@ Outcome = Literal["succeeded", "failed", "disrupted", "lost"]
 
 CONFLICT_BUDGET_S = 2.0
 BACKOFF_BASE_S = 0.005
-BACKOFF_CAP_S = 0.1
+BACKOFF_CAP_S = 0.25
 HEARTBEAT_INTERVAL_S = 10.0
 SWEEP_MISSED_HEARTBEATS = 3
 
