@@ -1,4 +1,4 @@
-"""Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs installed from ``kuzk.crds``,
+"""Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs applied from ``kuzk.crds``,
 once per session, left installed), ``admin`` (the cluster's admin ApiClient with the CRDs in
 place), ``worker_status`` (creates WorkerStatus objects with unique names, deleted at teardown)
 and ``make_assignment`` (fresh assignments with generated UIDs)."""
@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -18,25 +19,17 @@ from kuzk import api as kapi
 from kuzk.crds import all_crds
 from kuzk.workers import Assignment
 from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
-
-
-def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
-    crd = ext.read_custom_resource_definition(name)
-    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
 
 @pytest.fixture(scope="session")
 def crds(cluster: Cluster) -> None:
-    ext = client.ApiextensionsV1Api(cluster.api)
+    # Server-side apply with kubectl's field manager, as the suite's kuzk_installed does: the
+    # second of the two is then a no-op. Any other write would update the CRDs, and an updated
+    # CRD's storage is re-initialised under whoever watches it at the time.
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(all_crds()))
     for crd in all_crds():
-        try:
-            ext.create_custom_resource_definition(crd)
-        except ApiException as error:
-            if error.status != 409:
-                raise
         name = crd["metadata"]["name"]
-        wait_for(lambda n=name: _established(ext, n), 30, f"CRD {name} established")
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{name}")
 
 
 @pytest.fixture

@@ -4,22 +4,26 @@ A writer repeatedly takes a GPU's lease (the harness's stand-in for the kubelet'
 exclusivity), runs one fresh assignment on it (claim, then stages and heartbeats in random
 order, then release) and gives the lease back. While it holds a GPU it also sends, on
 purpose, late writes about assignments it ran on that GPU before (the stale finalizer):
-those must be refused. It checks every answer against what the protocol promises and reports
-what the test's model needs: per assignment its GPU, order on that GPU, outcome and stages.
+those must be refused. A write that gives up after the conflict budget is tried again (and
+counted), as callers are told to. It checks every answer against what the protocol promises
+and reports what the test's model needs: per assignment its GPU, order on that GPU, outcome
+and stages.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kubernetes import config
 
-from kuzk.workers import Assignment, Gpu, claim, heartbeat, release, stage
+from kuzk.workers import Assignment, Gpu, WorkerWriteConflict, claim, heartbeat, release, stage
 
 STAGES = ("synthesizing", "synth_done", "gpu")
+T = TypeVar("T")
 
 
 class Lock(Protocol):
@@ -45,6 +49,7 @@ class Report:
     writer: int
     operations: int = 0
     stale_sent: int = 0
+    gave_up: int = 0
     ran: list[Ran] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -66,6 +71,15 @@ def run_writer(
     report = Report(writer)
     past: dict[int, list[Assignment]] = {g: [] for g in range(len(gpus))}
 
+    def call(operation: Callable[..., T], *args: Any) -> T:
+        # Giving up after the conflict budget means that no write landed: the caller may
+        # simply try again, and the model still holds.
+        while True:
+            try:
+                return operation(api, node, *args)
+            except WorkerWriteConflict:
+                report.gave_up += 1
+
     def expect(what: str, got: object, want: object) -> None:
         report.operations += 1
         if got != want:
@@ -86,7 +100,7 @@ def run_writer(
                 f"pod-{writer}-{order}",
                 str(uuid.uuid4()),
             )
-            worker = claim(api, node, Gpu(gpus[g]), a)
+            worker = call(claim, Gpu(gpus[g]), a)
             report.operations += 1
             steps: list[str] = [rng.choice(STAGES) for _ in range(rng.randrange(4))]
             steps += ["heartbeat"] * rng.randrange(2)
@@ -96,33 +110,33 @@ def run_writer(
             stages: list[str] = []
             for step in steps:
                 if step == "heartbeat":
-                    expect("heartbeat", heartbeat(api, node, a), True)
+                    expect("heartbeat", call(heartbeat, a), True)
                 elif step == "stale":
-                    _send_stale(api, node, rng, rng.choice(past[g]), expect)
+                    _send_stale(call, rng, rng.choice(past[g]), expect)
                     report.stale_sent += 1
                 else:
-                    expect(f"stage {step}", stage(api, node, a, step), True)
+                    expect(f"stage {step}", call(stage, a, step), True)
                     stages.append(step)
             succeeded = rng.random() < 0.75
-            expect("release", release(api, node, a, "succeeded" if succeeded else "failed"), True)
+            expect("release", call(release, a, "succeeded" if succeeded else "failed"), True)
             if rng.random() < 0.2:
                 # The operator's finalizer after the prover's own release: done, not stale.
-                expect("second release", release(api, node, a.pod, "succeeded"), False)
+                expect("second release", call(release, a.pod, "succeeded"), False)
         past[g].append(a)
         report.ran.append(Ran(g, order, a.pod_uid, worker, stages, succeeded))
     return asdict(report)
 
 
-def _send_stale(api: Any, node: str, rng: random.Random, old: Assignment, expect: Any) -> None:
+def _send_stale(call: Any, rng: random.Random, old: Assignment, expect: Any) -> None:
     kind = rng.choice(("release", "finalizer", "stage", "heartbeat"))
     if kind == "release":
-        expect("stale release", release(api, node, old, "succeeded"), False)
+        expect("stale release", call(release, old, "succeeded"), False)
     elif kind == "finalizer":
-        expect("stale finalizer release", release(api, node, old.pod, "succeeded"), False)
+        expect("stale finalizer release", call(release, old.pod, "succeeded"), False)
     elif kind == "stage":
-        expect("stale stage", stage(api, node, old, rng.choice(STAGES)), False)
+        expect("stale stage", call(stage, old, rng.choice(STAGES)), False)
     else:
-        expect("stale heartbeat", heartbeat(api, node, old), False)
+        expect("stale heartbeat", call(heartbeat, old), False)
 
 
 def process_main(queue: Any, *args: Any) -> None:
