@@ -1,0 +1,634 @@
+"""kuzk's ProofJob operator against the batch/v1 Job controller, on one control plane.
+
+Why: a ProofJob's partition pods could have been an Indexed batch/v1 Job, so the kuzk operator
+must be no slower than the Job controller at what both do: turn one object into P pods and
+follow them to completion (issue 3, "Speed"; goal: kuzk/job <= 1.0 for creating all pods).
+
+How: one run starts the tests' real control plane (etcd, kube-apiserver, kube-controller-manager
+with its job controller, kube-scheduler) and process kubelet with 4 nodes x 16 GPUs, so up to
+64 pods run at once, and one ``kuzk operator`` process. Both systems run identical pods: the
+operator tests' stand-in prover (``tests/integration/operator/standin.py``, same plan folder)
+as the command, one ``nvidia.com/gpu``, the ``kuzk-prover`` ServiceAccount and the
+``kuzk-normal`` PriorityClass. The Job is ``completionMode: Indexed`` with ``completions`` and
+``parallelism`` P and gets the env the stand-in reads (``KUZK_PARTITION`` from the completion
+index annotation, the rest constant or from the downward API).
+
+For each P and each system the object is created in a fresh namespace. From the create call,
+watches opened before it measure the time until all P pods exist (distinct pod names with the
+job's label) and until completion (ProofJob ``status.phase`` Succeeded; Job condition
+Complete). ProofJob and Job alternate, the first of each pair swapping every repetition, after
+one untimed warm-up of each. The table gives medians and the kuzk/job ratios.
+
+    .venv/bin/python bench/proofjob_vs_job.py [--partitions 16 64] [--repeat 2]
+
+Needs the control-plane binaries (``bash tests/testenv/build``). About 3 minutes on 2 cores;
+the figures are wall-clock and move with the machine's load, which is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from kuzk import api, crds, install
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
+    sys.path.insert(0, str(ROOT))
+
+from tests.testenv.cluster import Cluster  # noqa: E402
+from tests.testenv.controlplane import ControlPlane  # noqa: E402
+from tests.testenv.kubelet import NodeSpec  # noqa: E402
+
+STANDIN = ROOT / "tests" / "integration" / "operator" / "standin.py"
+IMAGE = "kuzk-standin:bench"
+SERVICE_ACCOUNT = "kuzk-prover"
+PRIORITY_CLASS = "kuzk-normal"  # what snap-update ProofJobs get; the Job's pods get it too
+NODES, GPUS_PER_NODE = 4, 16
+KUZK, JOB = "kuzk", "job"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+WATCH_SECONDS = 900
+ALL_PODS_TIMEOUT = 30.0  # after completion: the pod watch may lag the job watch a little
+COMPLETE_TIMEOUT = 150.0
+Obj = dict[str, Any]
+
+
+# --- watching ------------------------------------------------------------------------------
+class Stream(threading.Thread):
+    """One watch request read in a thread; ``on_event(type, object, arrival)`` sees each event.
+
+    ``ready`` is set once the API server has answered the request: the watch is registered
+    then, so nothing after the listed resourceVersion is missed or seen late. Arrival times
+    are ``time.monotonic()`` when the bytes came in, before any parsing.
+    """
+
+    def __init__(self, what: str, request: Callable[..., Any],
+                 on_event: Callable[[str, Obj, float], None], **kwargs: Any) -> None:
+        super().__init__(name=f"watch {what}", daemon=True)
+        self.what = what
+        self.request = request
+        self.kwargs = kwargs
+        self.on_event = on_event
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self._closed = False
+        self._response: Any = None
+
+    def run(self) -> None:
+        try:
+            self._response = self.request(
+                watch=True, timeout_seconds=WATCH_SECONDS, _preload_content=False,
+                _request_timeout=(10, WATCH_SECONDS + 30), **self.kwargs)
+            self.ready.set()
+            pending = b""
+            for chunk in self._response.stream(amt=None, decode_content=False):
+                arrival = time.monotonic()
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        msg = f"watch {self.what} failed: {event['object']}"
+                        raise RuntimeError(msg)
+                    self.on_event(event["type"], event["object"], arrival)
+        except Exception as e:  # reported to the waiting thread, which raises it
+            if not self._closed:
+                self.error = e
+        finally:
+            self.ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                self._response.shutdown()
+            with contextlib.suppress(Exception):
+                self._response.release_conn()
+
+
+def _resource_version(listing: Any) -> str:
+    """The resourceVersion of a list, as a model (core, batch) or a dict (custom objects)."""
+    if isinstance(listing, dict):
+        return str(listing["metadata"]["resourceVersion"])
+    return str(listing.metadata.resource_version)
+
+
+def wait_for_object(api_client: client.ApiClient, list_fn: Callable[..., Any],
+                    done: Callable[[Obj | None], bool], timeout: float, what: str,
+                    **kwargs: Any) -> None:
+    """List, then watch from the listed resourceVersion until ``done`` holds for an object
+    (``None`` stands for "deleted"); raise TimeoutError naming ``what``."""
+    listing = list_fn(**kwargs)
+    items = [api_client.sanitize_for_serialization(i) for i in listing.items]
+    if any(done(i) for i in items) or (not items and done(None)):
+        return
+    deadline = time.monotonic() + timeout
+    rv = listing.metadata.resource_version
+    while (left := deadline - time.monotonic()) > 0:
+        w = watch.Watch()
+        for event in w.stream(list_fn, resource_version=rv, timeout_seconds=max(1, int(left)),
+                              **kwargs):
+            obj = event["raw_object"]
+            rv = obj["metadata"]["resourceVersion"]
+            if done(None if event["type"] == "DELETED" else obj):
+                w.stop()
+                return
+    msg = f"timed out after {timeout:.0f}s waiting for {what}"
+    raise TimeoutError(msg)
+
+
+# --- one measurement -------------------------------------------------------------------------
+@dataclass
+class Progress:
+    """What the watches saw of one run, in seconds since the create call."""
+
+    partitions: int
+    t0: float = 0.0
+    first_seen: dict[str, float] = field(default_factory=dict)
+    finished_at: float | None = None
+    failure: str | None = None
+    all_pods: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_pod(self, kind: str, pod: Obj, arrival: float) -> None:
+        if kind not in ("ADDED", "MODIFIED"):
+            return
+        with self.lock:
+            self.first_seen.setdefault(pod["metadata"]["name"], arrival)
+            if len(self.first_seen) >= self.partitions:
+                self.all_pods.set()
+
+    def finish(self, arrival: float, failure: str | None = None) -> None:
+        with self.lock:
+            if self.finished_at is None:
+                self.finished_at, self.failure = arrival, failure
+                self.finished.set()
+
+    def on_proofjob(self, kind: str, job: Obj, arrival: float) -> None:
+        status = job.get("status") or {}
+        if status.get("phase") == "Succeeded":
+            self.finish(arrival)
+        elif status.get("phase") == "Failed":
+            self.finish(arrival, f"ProofJob Failed: {status.get('conditions')}")
+
+    def on_job(self, kind: str, job: Obj, arrival: float) -> None:
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            if cond["type"] == "Complete" and cond["status"] == "True":
+                self.finish(arrival)
+            elif cond["type"] == "Failed" and cond["status"] == "True":
+                self.finish(arrival, f"Job Failed: {cond.get('reason')}: {cond.get('message')}")
+
+    def times(self) -> tuple[float, float, float]:
+        """(first pod, all pods, complete) in seconds since the create call."""
+        seen = sorted(self.first_seen.values())
+        assert self.finished_at is not None
+        return seen[0] - self.t0, seen[self.partitions - 1] - self.t0, self.finished_at - self.t0
+
+
+@dataclass
+class Sample:
+    system: str
+    partitions: int
+    namespace: str
+    t_first_pod: float
+    t_all_pods: float
+    t_complete: float
+
+
+def proofjob_manifest(name: str, partitions: int) -> Obj:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.PROOFJOB_KIND,
+        "metadata": {"name": name},
+        "spec": {"proofKind": "snap-update", "partitions": partitions,
+                 "sector": {"miner": 1234, "number": 5678}},
+    }
+
+
+def job_manifest(name: str, partitions: int, command: list[str]) -> Obj:
+    """An Indexed Job whose pods are the partition pods' twins: same command, GPU limit,
+    ServiceAccount, PriorityClass and the env the stand-in reads."""
+    prover_input = {"sector": {"miner": 1234, "number": 5678}, "randomness": "0x" + "5a" * 32,
+                    "circuitLog2": 23, "partitions": partitions}
+    values = {"KUZK_JOB": name, "KUZK_JOB_UID": f"batch-job-{name}", "KUZK_ATTEMPT": "1",
+              "KUZK_PROOF_KIND": "snap-update",
+              "KUZK_INPUT": json.dumps(prover_input, sort_keys=True, separators=(",", ":"))}
+    fields = {"KUZK_PARTITION": COMPLETION_INDEX, "POD_NAME": "metadata.name",
+              "POD_UID": "metadata.uid", "POD_NAMESPACE": "metadata.namespace",
+              "NODE_NAME": "spec.nodeName"}
+    env: list[Obj] = [{"name": k, "value": v} for k, v in values.items()]
+    env += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in fields.items()]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": partitions,
+            "parallelism": partitions,
+            "backoffLimitPerIndex": 3,  # as a ProofJob's backoffLimitPerPartition default
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": SERVICE_ACCOUNT,
+                    "priorityClassName": PRIORITY_CLASS,
+                    "enableServiceLinks": False,
+                    "containers": [{
+                        "name": "prover",
+                        "image": IMAGE,
+                        "command": command,
+                        "env": env,
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        "terminationMessagePath": "/dev/termination-log",
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                    }],
+                },
+            },
+        },
+    }
+
+
+class Bench:
+    def __init__(self, cluster: Cluster, command: list[str]) -> None:
+        self.cluster = cluster
+        self.command = command
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.core = cluster.core
+        self.custom = client.CustomObjectsApi(cluster.api)
+        self.batch = client.BatchV1Api(cluster.api)
+
+    def create_namespace(self, name: str) -> None:
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        self.core.create_namespaced_service_account(
+            name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=SERVICE_ACCOUNT)))
+
+    def measure(self, system: str, partitions: int, namespace: str) -> Sample:
+        """Create one ProofJob or Job of ``partitions`` pods in ``namespace`` and time it."""
+        name = f"bench-p{partitions}"
+        progress = Progress(partitions)
+        create: Callable[[], object]
+        if system == KUZK:
+            pod_selector = api.job_selector(name)
+            list_jobs: Callable[..., Any] = partial(
+                self.custom.list_namespaced_custom_object,
+                api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL)
+            on_job = progress.on_proofjob
+            create = partial(self.custom.create_namespaced_custom_object, api.GROUP,
+                             api.VERSION, namespace, api.PROOFJOB_PLURAL,
+                             proofjob_manifest(name, partitions))
+        else:
+            pod_selector = f"{JOB_NAME_LABEL}={name}"
+            list_jobs = partial(self.batch.list_namespaced_job, namespace)
+            on_job = progress.on_job
+            create = partial(self.batch.create_namespaced_job, namespace,
+                             job_manifest(name, partitions, self.command))
+        list_pods = partial(self.core.list_namespaced_pod, namespace)
+        by_name = f"metadata.name={name}"
+        streams = [
+            Stream(f"pods in {namespace}", list_pods, progress.on_pod,
+                   label_selector=pod_selector,
+                   resource_version=_resource_version(list_pods(label_selector=pod_selector))),
+            Stream(f"{system} {namespace}/{name}", list_jobs, on_job, field_selector=by_name,
+                   resource_version=_resource_version(list_jobs(field_selector=by_name))),
+        ]
+        try:
+            for stream in streams:
+                stream.start()
+            for stream in streams:
+                if not stream.ready.wait(30) or stream.error:
+                    msg = f"watch {stream.what} did not open: {stream.error}"
+                    raise RuntimeError(msg)
+            progress.t0 = time.monotonic()
+            create()
+            try:
+                self._wait(progress.finished, COMPLETE_TIMEOUT,
+                           f"{system} {namespace} to finish", streams)
+                if progress.failure:
+                    raise RuntimeError(f"{namespace}: {progress.failure}")
+                self._wait(progress.all_pods, ALL_PODS_TIMEOUT, f"all pods of {namespace}",
+                           streams)
+            except (RuntimeError, TimeoutError) as e:
+                seen = len(progress.first_seen)
+                msg = f"{e}\n  {seen} pods seen; {self.describe(system, namespace, name)}"
+                raise type(e)(msg) from e
+            first, everything, complete = progress.times()
+        finally:
+            for stream in streams:
+                stream.close()
+        return Sample(system, partitions, namespace, first, everything, complete)
+
+    def describe(self, system: str, namespace: str, name: str) -> str:
+        """Where a run stands, for the message of a run that failed or timed out."""
+        pods = self._dicts(self.core.list_namespaced_pod(namespace).items)
+        phases = Counter(p["status"].get("phase") for p in pods)
+        unbound = [p for p in pods if not p["spec"].get("nodeName")]
+        why = next((c.get("message") for p in unbound for c in p["status"].get("conditions", [])
+                    if c["type"] == "PodScheduled" and c.get("message")), "")
+        job: Any
+        keys: tuple[str, ...]
+        if system == KUZK:
+            job = self.custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, name)
+            keys = ("phase", "active", "succeeded", "failed", "retries", "completedPartitions")
+        else:
+            job = self.cluster.api.sanitize_for_serialization(
+                self.batch.read_namespaced_job_status(name, namespace))
+            keys = ("active", "succeeded", "failed", "conditions")
+        status = job.get("status") or {}
+        state = {k: status.get(k) for k in keys}
+        return (f"pod phases {dict(phases)}, {len(unbound)} not bound to a node {why!r}; "
+                f"{system} status {state}")
+
+    def _dicts(self, items: list[Any]) -> list[Obj]:
+        return [self.cluster.api.sanitize_for_serialization(i) for i in items]
+
+    def _wait(self, event: threading.Event, timeout: float, what: str,
+              streams: list[Stream]) -> None:
+        """Wait for ``event``; fail early if a watch breaks or the operator exits."""
+        deadline = time.monotonic() + timeout
+        while not event.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+            for s in streams:
+                if s.error:
+                    raise RuntimeError(f"watch {s.what} broke: {s.error}") from s.error
+            if self.operator is not None and self.operator.poll() is not None:
+                msg = f"the kuzk operator exited {self.operator.returncode} while waiting"
+                raise RuntimeError(msg)
+            if time.monotonic() >= deadline:
+                msg = f"timed out after {timeout:.0f}s waiting for {what}"
+                raise TimeoutError(msg)
+
+    def cleanup(self, namespace: str) -> None:
+        """Delete the namespace and wait until it is gone, so no garbage collection of one run
+        competes with the next. Finalizers are dropped first, as the test fixtures do."""
+        for pod in self._dicts(self.core.list_namespaced_pod(namespace).items):
+            if pod["metadata"].get("finalizers"):
+                with contextlib.suppress(ApiException):
+                    self.core.patch_namespaced_pod(
+                        pod["metadata"]["name"], namespace, {"metadata": {"finalizers": None}})
+        self.core.delete_namespace(namespace)
+        try:
+            wait_for_object(self.cluster.api, self.core.list_namespace, lambda o: o is None,
+                            120, f"namespace {namespace} deleted",
+                            field_selector=f"metadata.name={namespace}")
+        except TimeoutError as e:
+            print(f"  note: {e}; going on", flush=True)
+
+
+# --- processes -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def operator_process(cluster: Cluster, namespaces: list[str], command: list[str],
+                     log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    argv = [sys.executable, "-m", "kuzk.cli", "operator", "--standalone",
+            "--prover-command", json.dumps(command), "--prover-image", IMAGE]
+    for ns in namespaces:
+        argv += ["--namespace", ns]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=cluster.env(), cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def node_leases_renewed(cluster: Cluster, nodes: list[str],
+                        every: float = 5.0) -> Iterator[None]:
+    """Keep the nodes' Leases fresh while the benchmark runs.
+
+    The process kubelet renews them with a replace that carries no resourceVersion, which the
+    API server refuses (422, ignored there), so its nodes turn NotReady and get the
+    ``node.kubernetes.io/unreachable`` taint about 50 s after they register; tests end sooner,
+    this benchmark does not. A merge patch of ``spec.renewTime`` needs no resourceVersion.
+    """
+    coord = client.CoordinationV1Api(cluster.api)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while True:
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            for node in nodes:
+                spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": stamp}
+                try:
+                    coord.patch_namespaced_lease(node, "kube-node-lease", {"spec": spec})
+                except ApiException as e:
+                    if e.status != 404:
+                        logging.getLogger("bench").warning("lease of %s: %s", node, e.reason)
+                        continue
+                    lease = client.V1Lease(
+                        metadata=client.V1ObjectMeta(name=node, namespace="kube-node-lease"),
+                        spec=client.V1LeaseSpec(holder_identity=node, lease_duration_seconds=40,
+                                                renew_time=datetime.now(UTC)))
+                    with contextlib.suppress(ApiException):
+                        coord.create_namespaced_lease("kube-node-lease", lease)
+            if stop.wait(every):
+                return
+
+    thread = threading.Thread(target=renew, name="node leases", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def install_kuzk(cluster: Cluster) -> None:
+    objects = [*crds.all_crds(), *install.peering_crds(), *install.priority_classes()]
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+    for crd in [*crds.all_crds(), *install.peering_crds()]:
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                        f"crd/{crd['metadata']['name']}")
+
+
+def node_ready(node: Obj | None) -> bool:
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return "(no log)"
+
+
+class RefusedStatusCounter(logging.Filter):
+    """Counts, instead of printing, the process kubelet's "status of <pod>: Unprocessable
+    Entity" warnings. They come from a second run of a finished pod that the kubelet starts
+    on a stale watch event; the API server rightly refuses that run's status. Both systems'
+    pods get them, and the total is reported at the end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().endswith("Unprocessable Entity"):
+            self.count += 1
+            return False
+        return True
+
+
+# --- report --------------------------------------------------------------------------------
+def report(samples: list[Sample], partitions: list[int]) -> None:
+    print("\nmedians (seconds from the create call)")
+    print(f"{'P':>3}  {'system':<6} {'n':>2} {'t_first_pod_s':>13} {'t_all_pods_s':>12} "
+          f"{'t_complete_s':>12}")
+    ratios: list[tuple[int, float, float]] = []
+    for p in partitions:
+        med: dict[str, tuple[float, float, float]] = {}
+        for system in (KUZK, JOB):
+            mine = [s for s in samples if s.partitions == p and s.system == system]
+            if not mine:
+                continue
+            med[system] = (statistics.median(s.t_first_pod for s in mine),
+                           statistics.median(s.t_all_pods for s in mine),
+                           statistics.median(s.t_complete for s in mine))
+            first, everything, complete = med[system]
+            print(f"{p:>3}  {system:<6} {len(mine):>2} {first:13.2f} {everything:12.2f} "
+                  f"{complete:12.2f}")
+        if KUZK in med and JOB in med:
+            ratios.append((p, med[KUZK][1] / med[JOB][1], med[KUZK][2] / med[JOB][2]))
+    print("\nratios kuzk/job (<= 1.0: kuzk is no slower)")
+    print(f"{'P':>3}  {'all_pods':>8} {'complete':>8}  goal all_pods <= 1.0")
+    for p, all_pods, complete in ratios:
+        verdict = "met" if all_pods <= 1.0 else "MISSED"
+        print(f"{p:>3}  {all_pods:8.2f} {complete:8.2f}  {verdict}")
+
+
+# --- main ----------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[16, 64],
+                        help="partition counts P to measure, 1..64 (default 16 64)")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs of each system per P (default 2)")
+    parser.add_argument("--work-seconds", type=float, default=None,
+                        help="seconds each stand-in pod works (default: the stand-in's 0.3)")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="keep the operator's log here (default: a temporary folder)")
+    return parser
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # so that every finally below stops what it started
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not all(1 <= p <= NODES * GPUS_PER_NODE for p in args.partitions) or args.repeat < 1:
+        print("error: partitions must be 1..64 and --repeat at least 1", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _sigterm)
+    logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # the kubelet's full connection pool
+    refused = RefusedStatusCounter()
+    logging.getLogger("kuzk.testenv.kubelet").addFilter(refused)
+    runs: list[tuple[str, int, int]] = []
+    for p in args.partitions:
+        for rep in range(args.repeat):
+            order = (KUZK, JOB) if rep % 2 == 0 else (JOB, KUZK)
+            runs += [(system, p, rep) for system in order]
+    namespaces = {run: f"bench-{run[0]}-p{run[1]}-r{run[2]}" for run in runs}
+    warmups = {KUZK: "bench-kuzk-warmup", JOB: "bench-job-warmup"}
+    started = time.monotonic()
+    print(f"kuzk operator vs batch/v1 Job controller: P={args.partitions}, "
+          f"{args.repeat} run(s) each, {NODES} nodes x {GPUS_PER_NODE} GPUs, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="kuzk-bench-") as tmp, contextlib.ExitStack() as stack:
+        plan = Path(tmp) / "plan"
+        plan.mkdir()
+        if args.work_seconds is not None:
+            (plan / "plan.json").write_text(json.dumps({"*": {"seconds": args.work_seconds}}))
+        command = [sys.executable, str(STANDIN), str(plan)]
+        log_dir = args.log_dir or Path(tmp)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        operator_log = log_dir / "operator.log"
+        plane = ControlPlane()
+        plane.start()
+        stack.callback(plane.stop)
+        cluster = Cluster(plane)
+        install_kuzk(cluster)
+        specs = [NodeSpec(f"bench-n{i}", gpus=GPUS_PER_NODE) for i in range(NODES)]
+        stack.enter_context(cluster.kubelet(specs))
+        stack.enter_context(node_leases_renewed(cluster, [spec.name for spec in specs]))
+        for spec in specs:
+            wait_for_object(cluster.api, cluster.core.list_node, node_ready, 30,
+                            f"node {spec.name} Ready", field_selector=f"metadata.name={spec.name}")
+        bench = Bench(cluster, command)
+        for ns in [*warmups.values(), *namespaces.values()]:
+            bench.create_namespace(ns)
+        operator = stack.enter_context(operator_process(
+            cluster, [warmups[KUZK]] + [ns for run, ns in namespaces.items() if run[0] == KUZK],
+            command, operator_log))
+        bench.operator = operator
+        print(f"control plane, {NODES} nodes and operator up in "
+              f"{time.monotonic() - started:.0f}s", flush=True)
+
+        samples: list[Sample] = []
+        try:
+            for system in (KUZK, JOB):
+                w = bench.measure(system, 2, warmups[system])
+                print(f"warm-up {system:<4} P=2: all pods {w.t_all_pods:.2f}s, "
+                      f"complete {w.t_complete:.2f}s (not counted)", flush=True)
+                bench.cleanup(warmups[system])
+            print(f"\n{'P':>3}  {'system':<6} {'rep':>3} {'t_first_pod_s':>13} "
+                  f"{'t_all_pods_s':>12} {'t_complete_s':>12}  namespace", flush=True)
+            for run in runs:
+                system, p, rep = run
+                s = bench.measure(system, p, namespaces[run])
+                samples.append(s)
+                print(f"{p:>3}  {system:<6} {rep:>3} {s.t_first_pod:13.2f} {s.t_all_pods:12.2f} "
+                      f"{s.t_complete:12.2f}  {s.namespace}", flush=True)
+                bench.cleanup(namespaces[run])
+        except BaseException:
+            code = operator.poll()
+            state = "running" if code is None else f"exited {code}"
+            print(f"\nfailed; operator {state}; last lines of its log:\n{tail(operator_log)}",
+                  file=sys.stderr, flush=True)
+            raise
+        report(samples, args.partitions)
+        print(f"\nprocess kubelet: {refused.count} pod status writes refused (422) for pods it "
+              "ran a second time")
+        print(f"load average {os.getloadavg()[0]:.1f}; total {time.monotonic() - started:.0f}s",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
