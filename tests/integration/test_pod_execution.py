@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.integration.helpers import gated, pod, wait_phase
 from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import gpu_uuid
+from tests.testenv.waiting import wait_for
 
 
 def test_gpu_pod_is_scheduled_runs_and_reports(cluster: Cluster, namespace: str, nodes,
@@ -98,3 +99,20 @@ def test_on_failure_restarts_are_counted(cluster: Cluster, namespace: str, nodes
     assert status.restart_count == 2
     assert status.last_state.terminated.exit_code == 1
     assert counter.read_text() == "xxx"
+
+
+def test_a_late_running_event_never_restarts_a_finished_pod(cluster: Cluster, namespace: str,
+                                                            nodes, tmp_path: Path) -> None:
+    kubelet = nodes(1, gpus=1)
+    cluster.core.create_namespaced_pod(namespace, gated("once", tmp_path))
+    running = wait_phase(cluster.core, namespace, "once", "Running")
+    stale = cluster.api.sanitize_for_serialization(running)
+    (tmp_path / "once.go").touch()
+    wait_phase(cluster.core, namespace, "once", "Succeeded")
+    wait_for(lambda: not kubelet.runners, 30, "the runner to end")
+    (tmp_path / "once.started").unlink()
+
+    kubelet._on_pod(stale)  # what a lagging watch delivers
+    assert not kubelet.runners
+    assert not (tmp_path / "once.started").exists()
+    assert kubelet.allocate_gpus(next(iter(kubelet.nodes)), "probe", 1) is not None

@@ -44,6 +44,7 @@ from kubernetes.client.rest import ApiException
 log = logging.getLogger("kuzk.testenv.kubelet")
 
 GPU_RESOURCE = "nvidia.com/gpu"
+HEARTBEAT_SECONDS = 10.0
 MESSAGE_LIMIT = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
@@ -118,6 +119,9 @@ class ProcessKubelet:
         self.ca_cert = ca_cert
         self.addresses = _Addresses()
         self.runners: dict[str, PodRunner] = {}
+        # UIDs whose runner has ended. A lagging watch can deliver a pod's old "Running" event
+        # after its runner finished; a kubelet never starts the same pod twice.
+        self.ended: set[str] = set()
         self.gpus_in_use: dict[str, dict[str, str]] = {n.name: {} for n in nodes}
         self.lock = threading.RLock()
         self.stopping = threading.Event()
@@ -126,8 +130,10 @@ class ProcessKubelet:
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        coord = client.CoordinationV1Api(self.api)
         for spec in self.nodes.values():
             self._register(spec)
+            self._renew_lease(coord, spec)
         for target in (self._watch_pods, self._heartbeat):
             t = threading.Thread(target=target, name=f"kubelet-{target.__name__}", daemon=True)
             t.start()
@@ -212,23 +218,27 @@ class ProcessKubelet:
 
     def _heartbeat(self) -> None:
         coord = client.CoordinationV1Api(self.api)
-        while not self.stopping.wait(10):
+        while not self.stopping.wait(HEARTBEAT_SECONDS):
             for spec in self.nodes.values():
-                lease = {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": spec.name, "namespace": "kube-node-lease"},
-                    "spec": {"holderIdentity": spec.name, "leaseDurationSeconds": 40,
-                             "renewTime": dt.datetime.now(dt.UTC).strftime(
-                                 "%Y-%m-%dT%H:%M:%S.%fZ")},
-                }
                 try:
-                    coord.replace_namespaced_lease(spec.name, "kube-node-lease", lease)
-                except ApiException as e:
-                    if e.status == 404:
-                        with contextlib.suppress(ApiException):
-                            coord.create_namespaced_lease("kube-node-lease", lease)
+                    self._renew_lease(coord, spec)
                 except Exception:  # the heartbeat must outlive a blip of the API server
-                    log.exception("lease renewal failed")
+                    log.exception("lease renewal of %s failed", spec.name)
+
+    @staticmethod
+    def _renew_lease(coord: client.CoordinationV1Api, spec: NodeSpec) -> None:
+        renew = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            coord.patch_namespaced_lease(spec.name, "kube-node-lease",
+                                         {"spec": {"renewTime": renew}})
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            coord.create_namespaced_lease("kube-node-lease", {
+                "metadata": {"name": spec.name, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": spec.name, "leaseDurationSeconds": 40,
+                         "renewTime": renew},
+            })
 
     # --- pods --------------------------------------------------------------------------
     def _watch_pods(self) -> None:
@@ -262,7 +272,9 @@ class ProcessKubelet:
         with self.lock:
             runner = self.runners.get(uid)
             if runner is None:
-                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                if uid in self.ended or pod.get("status", {}).get("phase") in (
+                    "Succeeded", "Failed"
+                ):
                     if pod["metadata"].get("deletionTimestamp"):
                         self._finish_delete(pod)
                     return
@@ -293,6 +305,7 @@ class ProcessKubelet:
     def forget(self, uid: str) -> None:
         with self.lock:
             self.runners.pop(uid, None)
+            self.ended.add(uid)
 
     # --- GPUs --------------------------------------------------------------------------
     def allocate_gpus(self, node: str, uid: str, count: int) -> list[str] | None:
