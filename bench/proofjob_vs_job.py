@@ -42,7 +42,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -425,48 +424,6 @@ def operator_process(cluster: Cluster, namespaces: list[str], command: list[str]
                 proc.wait(timeout=10)
 
 
-@contextlib.contextmanager
-def node_leases_renewed(cluster: Cluster, nodes: list[str],
-                        every: float = 5.0) -> Iterator[None]:
-    """Keep the nodes' Leases fresh while the benchmark runs.
-
-    The process kubelet renews them with a replace that carries no resourceVersion, which the
-    API server refuses (422, ignored there), so its nodes turn NotReady and get the
-    ``node.kubernetes.io/unreachable`` taint about 50 s after they register; tests end sooner,
-    this benchmark does not. A merge patch of ``spec.renewTime`` needs no resourceVersion.
-    """
-    coord = client.CoordinationV1Api(cluster.api)
-    stop = threading.Event()
-
-    def renew() -> None:
-        while True:
-            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            for node in nodes:
-                spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": stamp}
-                try:
-                    coord.patch_namespaced_lease(node, "kube-node-lease", {"spec": spec})
-                except ApiException as e:
-                    if e.status != 404:
-                        logging.getLogger("bench").warning("lease of %s: %s", node, e.reason)
-                        continue
-                    lease = client.V1Lease(
-                        metadata=client.V1ObjectMeta(name=node, namespace="kube-node-lease"),
-                        spec=client.V1LeaseSpec(holder_identity=node, lease_duration_seconds=40,
-                                                renew_time=datetime.now(UTC)))
-                    with contextlib.suppress(ApiException):
-                        coord.create_namespaced_lease("kube-node-lease", lease)
-            if stop.wait(every):
-                return
-
-    thread = threading.Thread(target=renew, name="node leases", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-
-
 def install_kuzk(cluster: Cluster) -> None:
     objects = [*crds.all_crds(), *install.peering_crds(), *install.priority_classes()]
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
@@ -484,23 +441,6 @@ def tail(path: Path, lines: int = 30) -> str:
     with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     return "(no log)"
-
-
-class RefusedStatusCounter(logging.Filter):
-    """Counts, instead of printing, the process kubelet's "status of <pod>: Unprocessable
-    Entity" warnings. They come from a second run of a finished pod that the kubelet starts
-    on a stale watch event; the API server rightly refuses that run's status. Both systems'
-    pods get them, and the total is reported at the end."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().endswith("Unprocessable Entity"):
-            self.count += 1
-            return False
-        return True
 
 
 # --- report --------------------------------------------------------------------------------
@@ -556,8 +496,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # the kubelet's full connection pool
-    refused = RefusedStatusCounter()
-    logging.getLogger("kuzk.testenv.kubelet").addFilter(refused)
     runs: list[tuple[str, int, int]] = []
     for p in args.partitions:
         for rep in range(args.repeat):
@@ -586,7 +524,6 @@ def main(argv: list[str] | None = None) -> int:
         install_kuzk(cluster)
         specs = [NodeSpec(f"bench-n{i}", gpus=GPUS_PER_NODE) for i in range(NODES)]
         stack.enter_context(cluster.kubelet(specs))
-        stack.enter_context(node_leases_renewed(cluster, [spec.name for spec in specs]))
         for spec in specs:
             wait_for_object(cluster.api, cluster.core.list_node, node_ready, 30,
                             f"node {spec.name} Ready", field_selector=f"metadata.name={spec.name}")
@@ -623,8 +560,6 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             raise
         report(samples, args.partitions)
-        print(f"\nprocess kubelet: {refused.count} pod status writes refused (422) for pods it "
-              "ran a second time")
         print(f"load average {os.getloadavg()[0]:.1f}; total {time.monotonic() - started:.0f}s",
               flush=True)
     return 0
