@@ -1,5 +1,6 @@
-"""Operator fixtures: ``run_operator`` to start ``kuzk operator`` processes
-with the stand-in prover, and ``plan`` (the folder that steers the stand-in)."""
+"""Operator fixtures: ``run_operator`` to start ``kuzk operator`` processes (with the stand-in
+prover unless told otherwise; the prover's ServiceAccount is bound to its ClusterRole), and
+``plan`` (the folder that steers the stand-in)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
     with contextlib.suppress(ApiException):
         cluster.core.create_namespaced_service_account(
             namespace, {"metadata": {"name": "kuzk-prover"}})
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    binding = f"kuzk-prover-{namespace}"
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "kuzk-prover"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kuzk-prover", "namespace": namespace}],
+    })
     started: list[OperatorProcess] = []
 
     def start(*extra: str, standalone: bool = True, namespaced: bool = True) -> OperatorProcess:
@@ -103,6 +112,7 @@ def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
     yield start
     for op in started:
         op.stop()
+    rbac.delete_cluster_role_binding(binding)
 
 
 def proofjob(name: str, kind: str = "snap-update", **spec: Any) -> dict[str, Any]:
@@ -134,7 +144,14 @@ def wait_job(cluster: Cluster, namespace: str, name: str, phase: str,
         job = get_job(cluster, namespace, name)
         return job if job and (job.get("status") or {}).get("phase") == phase else None
 
-    return wait_for(check, timeout, f"ProofJob {namespace}/{name} {phase}", interval=0.2)
+    try:
+        return wait_for(check, timeout, f"ProofJob {namespace}/{name} {phase}", interval=0.2)
+    except TimeoutError as e:
+        status = (get_job(cluster, namespace, name) or {}).get("status") or {}
+        parts = [(p["index"], p["state"], p["attempt"], p.get("message"))
+                 for p in status.get("partitions") or []]
+        msg = f"{e}; phase {status.get('phase')}, partitions {parts}"
+        raise TimeoutError(msg) from e
 
 
 def condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:

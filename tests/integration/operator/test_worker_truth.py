@@ -1,0 +1,171 @@
+"""With the real prover, the WorkerStatuses tell the truth while a job runs, and after a
+prover is SIGKILLed mid-``gpu`` the operator's finalizer release frees its worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kuzk import api
+from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
+from tests.testenv.cluster import Cluster
+from tests.testenv.kubelet import ProcessKubelet
+from tests.testenv.waiting import wait_for
+
+REAL_PROVER = ("--prover-command", json.dumps(["kuzk-prover"]))
+
+
+@dataclass
+class Sample:
+    t: float
+    # pod UIDs whose container is running per the API, read before and after the workers, and
+    # whose prover has not written its result yet, checked after the workers were read (the
+    # prover releases its worker only after writing its result)
+    working: set[str]
+    holders: dict[tuple[str, str], str | None]  # (node, worker id) -> pod UID holding it
+
+
+def _running(core: client.CoreV1Api, namespace: str) -> set[str]:
+    pods = core.list_namespaced_pod(namespace).items
+    return {p.metadata.uid for p in pods if p.status.phase == "Running"
+            and p.status.container_statuses
+            and p.status.container_statuses[0].state.running is not None}
+
+
+def _holders(custom: client.CustomObjectsApi) -> dict[tuple[str, str], str | None]:
+    out: dict[tuple[str, str], str | None] = {}
+    for ws in custom.list_cluster_custom_object(api.GROUP, api.VERSION,
+                                                api.WORKERSTATUS_PLURAL)["items"]:
+        for w in (ws.get("status") or {}).get("workers") or []:
+            held = w.get("pod", {}).get("uid") if w.get("state") == "proving" else None
+            out[(ws["metadata"]["name"], w["id"])] = held
+    return out
+
+
+def _unfinished(kubelet: ProcessKubelet) -> set[str]:
+    with kubelet.lock:
+        runners = dict(kubelet.runners)
+    out = set()
+    for uid, runner in runners.items():
+        path = runner.containers[0].message_file
+        if not (path.exists() and path.stat().st_size):
+            out.add(uid)
+    return out
+
+
+def _sample(cluster: Cluster, kubelet: ProcessKubelet, namespace: str, stop: threading.Event,
+            samples: list[Sample]) -> None:
+    custom = client.CustomObjectsApi(cluster.api)
+    while not stop.wait(0.1):
+        before = _running(cluster.core, namespace)
+        holders = _holders(custom)
+        after = _running(cluster.core, namespace)
+        working = before & after & _unfinished(kubelet)
+        samples.append(Sample(time.monotonic(), working, holders))
+
+
+def _lies(samples: list[Sample]) -> list[str]:
+    """Samples where a worker is shown idle (or held by another pod) while the pod that had
+    claimed it is still running and still working on its partition."""
+    claimed: dict[str, tuple[str, str]] = {}
+    lies = []
+    for s in samples:
+        for worker, uid in s.holders.items():
+            if uid is not None:
+                claimed[uid] = worker
+        for uid, worker in claimed.items():
+            if uid in s.working and s.holders.get(worker) != uid:
+                lies.append(f"t={s.t:.2f} {worker} shows {s.holders.get(worker)} "
+                            f"while {uid} works")
+    return lies
+
+
+def _workers(cluster: Cluster, nodes: list[str]) -> list[dict[str, Any]]:
+    custom = client.CustomObjectsApi(cluster.api)
+    out = []
+    for n in nodes:
+        ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, n)
+        out += (ws.get("status") or {}).get("workers") or []
+    return out
+
+
+def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace: str, nodes,
+                                                    run_operator) -> None:
+    kubelet = nodes(2, gpus=2)
+    run_operator(*REAL_PROVER)
+    samples: list[Sample] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample,
+                               args=(cluster, kubelet, namespace, stop, samples))
+    sampler.start()
+    try:
+        apply_job(cluster, namespace, proofjob("truth", circuitLog2=18))
+        job = wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
+    finally:
+        stop.set()
+        sampler.join()
+    assert job["status"]["succeeded"] == 16
+    proving_seen = {uid for s in samples for uid in s.holders.values() if uid}
+    assert len(proving_seen) >= 8, "the sampler should see most partitions proving"
+    assert _lies(samples) == []
+
+    workers = _workers(cluster, sorted(kubelet.nodes))
+    assert len(workers) == 4
+    assert {w["state"] for w in workers} == {"idle"}
+    assert sum(w.get("completed", 0) for w in workers) == 16
+    assert {w["gpu"]["uuid"] for w in workers} == {
+        g for spec in kubelet.nodes.values() for g in spec.gpu_uuids()}
+
+
+def _pid_of(kubelet: ProcessKubelet, pod_uid: str) -> int | None:
+    runner = kubelet.runners.get(pod_uid)
+    proc = runner.containers[0].proc if runner else None
+    return proc.pid if proc else None
+
+
+def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespace: str,
+                                                       nodes, run_operator) -> None:
+    kubelet = nodes(1, gpus=1)
+    node = next(iter(kubelet.nodes))
+    run_operator(*REAL_PROVER)
+    custom = client.CustomObjectsApi(cluster.api)
+
+    def worker() -> dict[str, Any] | None:
+        try:
+            ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION,
+                                                  api.WORKERSTATUS_PLURAL, node)
+        except ApiException as e:
+            if e.status == 404:  # the operator has not created it yet
+                return None
+            raise
+        workers = (ws.get("status") or {}).get("workers") or []
+        return workers[0] if workers else None
+
+    apply_job(cluster, namespace, proofjob("crash", partitions=1, circuitLog2=21))
+    first = wait_for(lambda: (w := worker()) and w.get("stage") == "gpu" and w, 120,
+                     "the prover in stage gpu", interval=0.02)
+    assert first["attempt"] == 1
+    pid = _pid_of(kubelet, first["pod"]["uid"])
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+
+    second = wait_for(lambda: (w := worker()) and w.get("attempt") == 2 and w, 120,
+                      "the retried partition's claim")
+    assert second["id"] == first["id"]
+    assert second["pod"]["uid"] != first["pod"]["uid"]
+    job = wait_job(cluster, namespace, "crash", "Succeeded", timeout=180)
+    assert job["status"]["partitions"][0]["attempt"] == 2
+    final = worker()
+    assert final is not None and final["state"] == "idle" and final["completed"] == 1
+    events = cluster.core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=crash,reason=PartitionRetried").items
+    assert events
+    assert get_job(cluster, namespace, "crash") is not None
