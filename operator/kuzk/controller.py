@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,7 @@ from kuzk.reconcile import reconcile
 
 log = logging.getLogger("kuzk.controller")
 RESYNC_SECONDS = 10.0
+POD_CALLS_IN_FLIGHT = 16
 Poster = Callable[[dict[str, Any], Event], None]
 
 
@@ -58,6 +60,8 @@ class Controller:
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        self._pool = ThreadPoolExecutor(max_workers=POD_CALLS_IN_FLIGHT,
+                                        thread_name_prefix="kuzk-pods")
 
     # --- reads -------------------------------------------------------------------------
     def _job(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -86,14 +90,15 @@ class Controller:
     def sync(self, namespace: str, name: str) -> float | None:
         """Reconcile one ProofJob once; return seconds until it needs another look (at most
         RESYNC_SECONDS while it runs; None once it is finished and has no TTL to wait for)."""
-        job = self._job(namespace, name)
+        # The three reads are independent: one round trip of latency instead of three.
+        job_f = self._pool.submit(self._job, namespace, name)
+        pods_f = self._pool.submit(self._pods, namespace, name)
+        workers_f = self._pool.submit(self._workers)
+        job, pods, workers_now = job_f.result(), pods_f.result(), workers_f.result()
         if job is None:
             return None
-        pods = self._pods(namespace, name)
         try:
-            decision = reconcile(
-                job, pods, self._workers(), datetime.now(UTC), settings=self.settings
-            )
+            decision = reconcile(job, pods, workers_now, datetime.now(UTC), settings=self.settings)
         except ValueError as e:
             # The API server's schema rejects bad specs; this only happens for objects stored
             # before a schema change. Say so on the object instead of crashing the loop.
@@ -121,12 +126,16 @@ class Controller:
 
     def _apply(self, job: dict[str, Any], decision: Decision) -> None:
         ns = job["metadata"]["namespace"]
+        # Pod creates and deletes are independent of each other: send them concurrently, as
+        # the Job controller does, instead of one round trip after another.
+        pod_calls = [
+            (self._create if isinstance(a, CreatePod) else self._delete, a)
+            for a in decision.actions if isinstance(a, CreatePod | DeletePod)
+        ]
+        for future in [self._pool.submit(call, ns, a) for call, a in pod_calls]:
+            future.result()
         for action in decision.actions:
-            if isinstance(action, CreatePod):
-                self._create(ns, action)
-            elif isinstance(action, DeletePod):
-                self._delete(ns, action)
-            elif isinstance(action, ReleaseWorker):
+            if isinstance(action, ReleaseWorker):
                 self.release(ns, action)
             elif isinstance(action, Event):
                 self.post_event(job, action)

@@ -25,6 +25,7 @@ from kuzk.pods import PodSettings
 log = logging.getLogger("kuzk.handlers")
 CONTROLLER: Controller | None = None
 LOCKS: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+DIRTY: set[tuple[str, str]] = set()
 LATER: dict[tuple[str, ...], asyncio.TimerHandle] = {}
 SWEEP_SECONDS = 30.0
 TASKS: set[asyncio.Task[None]] = set()
@@ -56,22 +57,34 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 async def sync(namespace: str, name: str) -> None:
+    """Sync one job. Events that arrive while a sync of the job runs are coalesced into one
+    more sync after it, so a burst of pod events costs two syncs, not one per event."""
     key = (namespace, name)
-    async with LOCKS[key]:
-        ctl = _controller()
-        for _ in range(5):
-            try:
-                delay = await asyncio.to_thread(ctl.sync, namespace, name)
+    lock = LOCKS[key]
+    if lock.locked():
+        DIRTY.add(key)
+        return
+    async with lock:
+        while True:
+            DIRTY.discard(key)
+            delay = await _sync_once(namespace, name)
+            if key not in DIRTY:
                 break
-            except Conflict:
-                continue
-        else:
-            msg = f"{namespace}/{name} kept changing under the operator; retrying"
-            raise kopf.TemporaryError(msg, delay=1)
     if delay is None:
         _cancel(("job", *key))
     else:
         _later(("job", *key), delay, lambda: sync(namespace, name))
+
+
+async def _sync_once(namespace: str, name: str) -> float | None:
+    ctl = _controller()
+    for _ in range(5):
+        try:
+            return await asyncio.to_thread(ctl.sync, namespace, name)
+        except Conflict:
+            continue
+    msg = f"{namespace}/{name} kept changing under the operator; retrying"
+    raise kopf.TemporaryError(msg, delay=1)
 
 
 async def sweep(node: str) -> None:
