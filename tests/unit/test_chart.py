@@ -48,10 +48,11 @@ def test_prover_role_is_the_shared_file_and_bound_cluster_wide() -> None:
     docs = render("prover.namespaces={a,b}")
     shared = yaml.safe_load((CHART / "files" / "prover-rbac.yaml").read_text())
     role = next(d for d in docs if d["kind"] == "ClusterRole"
-                and d["metadata"]["name"] == shared["metadata"]["name"])
+                and d["metadata"]["name"] == "kz-kuzk-prover")
     assert role["rules"] == shared["rules"]
+    assert role["metadata"]["labels"]["app.kubernetes.io/instance"] == "kz"
     bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"
-                and d["roleRef"]["name"] == shared["metadata"]["name"]]
+                and d["roleRef"]["name"] == "kz-kuzk-prover"]
     assert sorted(b["subjects"][0]["namespace"] for b in bindings) == ["a", "b"]
     kinds = {d["kind"] for d in docs}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds

@@ -16,6 +16,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-kuzk" .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- define "kuzk.proverRole" -}}
+{{ include "kuzk.fullname" . }}-prover
+{{- end }}
+
 {{- define "kuzk.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
