@@ -14,18 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kuzk import api
 from kuzk_prover.synthesis import derive_seed
 
-PROOF_KINDS = ("winning-post", "window-post", "snap-update", "porep-c2")
-KIND_DEFAULTS = {
-    "winning-post": (1, 22),
-    "window-post": (1, 27),
-    "snap-update": (16, 23),
-    "porep-c2": (10, 24),
-}
-"""(partitions, circuitLog2) of each proof kind, as in DESIGN.md section 2."""
-MIN_LOG2, MAX_LOG2 = 4, 27
-MAX_PARTITIONS = 64
+# One table of proof kinds for operator and prover (DESIGN.md section 2): kuzk.api.
+PROOF_KINDS = tuple(api.PROOF_KINDS)
+KIND_DEFAULTS = {k: (d.partitions, d.circuit_log2) for k, d in api.PROOF_KINDS.items()}
+"""(partitions, circuitLog2) of each proof kind."""
+MIN_LOG2, MAX_LOG2 = api.CIRCUIT_LOG2_MIN, api.CIRCUIT_LOG2_MAX
+MAX_PARTITIONS = api.PARTITIONS_MAX
 _RANDOMNESS = re.compile(r"0x[0-9a-fA-F]{64}")
 _INPUT_KEYS = {"sector", "randomness", "circuitLog2", "partitions"}
 
