@@ -1,7 +1,8 @@
 """Fixtures for every tier: ``cluster`` (one real control plane per test session, started on
 first use, so unit tests never pay for it), ``namespace`` (a fresh namespace per test, with its
-``default`` ServiceAccount ready, deleted afterwards) and ``nodes`` (process-kubelet GPU nodes
-for one test), and ``kuzk_installed`` (the CRDs and PriorityClasses, once per session)."""
+``default`` ServiceAccount ready, deleted afterwards), ``nodes`` (process-kubelet GPU nodes
+for one test) and ``kuzk_installed`` (the CRDs, PriorityClasses and the prover's ClusterRole,
+once per session)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +22,8 @@ from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import ControlPlane
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet
 from tests.testenv.waiting import wait_for
+
+PROVER_RBAC = Path(__file__).resolve().parents[1] / "charts" / "kuzk" / "files" / "prover-rbac.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +95,8 @@ def _node_ready(core: client.CoreV1Api, name: str) -> bool:
 
 @pytest.fixture(scope="session")
 def kuzk_installed(cluster: Cluster) -> Cluster:
-    objects = [*crds.all_crds(), *install.priority_classes()]
+    prover_role = yaml.safe_load(PROVER_RBAC.read_text())
+    objects = [*crds.all_crds(), *install.priority_classes(), prover_role]
     cluster.kubectl("apply", "--server-side", "-f", "-",
                     input=yaml.safe_dump_all(objects))
     for crd in crds.all_crds():
