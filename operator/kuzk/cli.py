@@ -160,7 +160,8 @@ def run_operator(args: argparse.Namespace) -> int:
                 command=tuple(args.prover_command),
                 gpu_resource=args.gpu_resource,
                 service_account_name=args.prover_service_account,
-            )
+            ),
+            args.namespace,
         )
     except config.ConfigException as e:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)

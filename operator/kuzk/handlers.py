@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
 import kopf
@@ -26,14 +26,16 @@ log = logging.getLogger("kuzk.handlers")
 CONTROLLER: Controller | None = None
 LOCKS: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 DIRTY: set[tuple[str, str]] = set()
+NAMESPACES: set[str] = set()
 LATER: dict[tuple[str, ...], asyncio.TimerHandle] = {}
 SWEEP_SECONDS = 30.0
 TASKS: set[asyncio.Task[None]] = set()
 
 
-def configure(settings: PodSettings) -> None:
-    """Called by ``kuzk operator`` before Kopf starts."""
+def configure(settings: PodSettings, namespaces: Collection[str] = ()) -> None:
+    """Called by ``kuzk operator`` before Kopf starts; ``namespaces`` empty means all."""
     global CONTROLLER
+    NAMESPACES.update(namespaces)
     load_config()
     CONTROLLER = Controller(client.ApiClient(), settings, _post_event)
 
@@ -141,9 +143,17 @@ async def node_event(type: str, body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
-async def workerstatus_event(type: str, spec: kopf.Spec, **_: Any) -> None:
+async def workerstatus_event(type: str, spec: kopf.Spec, status: kopf.Status,
+                             **_: Any) -> None:
     key = ("sweep", spec["nodeName"])
     if type == "DELETED":
         _cancel(key)
-    elif key not in LATER:
+        return
+    if key not in LATER:
         _later(key, SWEEP_SECONDS, lambda: sweep(spec["nodeName"]))
+    # A worker's stage is part of its job's status: sync the jobs the workers are about.
+    jobs = {(w["job"]["namespace"], w["job"]["name"]) for w in status.get("workers") or []
+            if w.get("job", {}).get("namespace") and w["job"].get("name")}
+    for namespace, name in sorted(jobs):
+        if not NAMESPACES or namespace in NAMESPACES:
+            await sync(namespace, name)

@@ -57,6 +57,3 @@ def find(name: str) -> Path:
     )
     raise MissingBinaryError(msg)
 
-
-def all_binaries() -> dict[str, Path]:
-    return {name: find(name) for name in NAMES}

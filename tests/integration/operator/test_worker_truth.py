@@ -153,6 +153,15 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
     first = wait_for(lambda: (w := worker()) and w.get("stage") == "gpu" and w, 120,
                      "the prover in stage gpu", interval=0.02)
     assert first["attempt"] == 1
+
+    def partition_entry() -> dict[str, Any]:
+        job = get_job(cluster, namespace, "crash") or {}
+        return ((job.get("status") or {}).get("partitions") or [{}])[0]
+
+    live = wait_for(lambda: (p := partition_entry()).get("state") == "gpu" and p, 30,
+                    "the job's partition shown in stage gpu", interval=0.05)
+    assert live["worker"] == first["id"]
+    assert live["node"] == node
     pid = _pid_of(kubelet, first["pod"]["uid"])
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)
