@@ -47,18 +47,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kuzk import api, crds, install
+from kuzk import api
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from tests.testenv.cluster import Cluster  # noqa: E402
-from tests.testenv.controlplane import ControlPlane  # noqa: E402
+from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
+from tests.testenv.controlplane import ControlPlane, stop_group  # noqa: E402
 from tests.testenv.kubelet import NodeSpec  # noqa: E402
 
 STANDIN = ROOT / "tests" / "integration" / "operator" / "standin.py"
@@ -413,23 +412,7 @@ def operator_process(cluster: Cluster, namespaces: list[str], command: list[str]
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-
-
-def install_kuzk(cluster: Cluster) -> None:
-    objects = [*crds.all_crds(), *install.peering_crds(), *install.priority_classes()]
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
-    for crd in [*crds.all_crds(), *install.peering_crds()]:
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                        f"crd/{crd['metadata']['name']}")
+        stop_group(proc, grace=20)
 
 
 def node_ready(node: Obj | None) -> bool:

@@ -10,20 +10,15 @@ import contextlib
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import crds, install
-from tests.testenv.cluster import Cluster
+from tests.testenv.cluster import Cluster, install_kuzk
 from tests.testenv.controlplane import ControlPlane
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet
 from tests.testenv.waiting import wait_for
-
-PROVER_RBAC = Path(__file__).resolve().parents[1] / "charts" / "kuzk" / "files" / "prover-rbac.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -95,11 +90,5 @@ def _node_ready(core: client.CoreV1Api, name: str) -> bool:
 
 @pytest.fixture(scope="session")
 def kuzk_installed(cluster: Cluster) -> Cluster:
-    prover_role = yaml.safe_load(PROVER_RBAC.read_text())
-    objects = [*crds.all_crds(), *install.priority_classes(), prover_role]
-    cluster.kubectl("apply", "--server-side", "-f", "-",
-                    input=yaml.safe_dump_all(objects))
-    for crd in crds.all_crds():
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                        f"crd/{crd['metadata']['name']}")
+    install_kuzk(cluster)
     return cluster

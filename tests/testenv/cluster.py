@@ -11,8 +11,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
 from kubernetes import client, config
 
+from kuzk import crds, install
 from tests.testenv import binaries
 from tests.testenv.controlplane import ControlPlane
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet
@@ -62,3 +64,18 @@ class Cluster:
             yield kubelet
         finally:
             kubelet.stop()
+
+
+PROVER_RBAC = Path(__file__).resolve().parents[2] / "charts" / "kuzk" / "files" / "prover-rbac.yaml"
+
+
+def install_kuzk(cluster: Cluster) -> None:
+    """What the chart installs cluster-wide, from the same sources: every CRD (kuzk's and
+    Kopf's peering), the PriorityClasses and the prover's ClusterRole; waits until the CRDs
+    are Established. Idempotent (server-side apply)."""
+    objects = [*crds.all_crds(), *install.priority_classes(),
+               yaml.safe_load(PROVER_RBAC.read_text())]
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+    for crd in crds.all_crds():
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                        f"crd/{crd['metadata']['name']}")

@@ -52,6 +52,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+               grace: float = 10) -> None:
+    """End a process started with ``start_new_session``, and its children: ``sig``, then
+    SIGKILL after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 def tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -158,47 +174,39 @@ class ControlPlane:
             self._wait(comp, deadline)
 
     def _kcm(self, port: int) -> Component:
-        kc = str(self.kubeconfig)
-        return Component(
-            "kube-controller-manager",
-            [
-                str(binaries.find("kube-controller-manager")),
-                f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}",
-                f"--authorization-kubeconfig={kc}",
-                f"--controllers={','.join(CONTROLLERS)}",
-                f"--service-account-private-key-file={self.pki.sa_key}",
-                f"--root-ca-file={self.pki.ca_cert}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--cert-dir={self.workdir / 'kcm-certs'}",  # type: ignore[operator]
-                "--use-service-account-credentials=false",
-                "--concurrent-gc-syncs=5",
-                "--node-monitor-period=1s",
-                "--terminated-pod-gc-threshold=1000",
-                "--v=1",
-            ],
-            self.workdir / "kube-controller-manager.log",  # type: ignore[operator]
-            f"https://127.0.0.1:{port}/healthz",
-        )
+        return self._control_loop("kube-controller-manager", "kcm", port, [
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--service-account-private-key-file={self.pki.sa_key}",
+            f"--root-ca-file={self.pki.ca_cert}",
+            "--use-service-account-credentials=false",
+            "--concurrent-gc-syncs=5",
+            "--node-monitor-period=1s",
+            "--terminated-pod-gc-threshold=1000",
+        ])
 
     def _scheduler(self, port: int) -> Component:
+        return self._control_loop("kube-scheduler", "scheduler", port, [])
+
+    def _control_loop(self, name: str, short: str, port: int, extra: list[str]) -> Component:
+        """kube-controller-manager or kube-scheduler: admin kubeconfig, no leader election,
+        health on a free port of 127.0.0.1."""
+        assert self.workdir is not None
         kc = str(self.kubeconfig)
         return Component(
-            "kube-scheduler",
+            name,
             [
-                str(binaries.find("kube-scheduler")),
+                str(binaries.find(name)),
                 f"--kubeconfig={kc}",
                 f"--authentication-kubeconfig={kc}",
                 f"--authorization-kubeconfig={kc}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
-                f"--cert-dir={self.workdir / 'scheduler-certs'}",  # type: ignore[operator]
+                f"--cert-dir={self.workdir / (short + '-certs')}",
+                *extra,
                 "--v=1",
             ],
-            self.workdir / "kube-scheduler.log",  # type: ignore[operator]
+            self.workdir / f"{name}.log",
             f"https://127.0.0.1:{port}/healthz",
         )
 
@@ -281,17 +289,8 @@ class ControlPlane:
     # --- stop --------------------------------------------------------------------------
     def stop(self) -> None:
         for comp in reversed(self.components):
-            proc = comp.proc
-            if proc is None or proc.poll() is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            if comp.proc is not None:
+                stop_group(comp.proc)
         keep = os.environ.get("KUZK_KEEP_TESTENV")
         if self._owns_workdir and self.workdir is not None and not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)

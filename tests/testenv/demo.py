@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from kuzk import api, crds, install
+from kuzk import api
 from tests.testenv.binaries import MissingBinaryError
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import ControlPlane, StartError
+from tests.testenv.cluster import Cluster, install_kuzk
+from tests.testenv.controlplane import ControlPlane, StartError, stop_group
 from tests.testenv.kubelet import NodeSpec
 
 SYMBOL = {"pending": ".", "scheduled": "s", "synthesizing": "y", "synth_done": "Y", "gpu": "G",
@@ -29,15 +29,9 @@ SYMBOL = {"pending": ".", "scheduled": "s", "synthesizing": "y", "synth_done": "
 
 
 def _prepare(cluster: Cluster, namespace: str) -> None:
-    objects = [*crds.all_crds(), *install.priority_classes()]
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
-    for crd in crds.all_crds():
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                        f"crd/{crd['metadata']['name']}")
+    install_kuzk(cluster)
     cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("create", "serviceaccount", "kuzk-prover", "-n", namespace)
-    rbac = Path(__file__).resolve().parents[2] / "charts" / "kuzk" / "files" / "prover-rbac.yaml"
-    cluster.kubectl("apply", "-f", str(rbac))
     cluster.kubectl("create", "clusterrolebinding", f"kuzk-prover-{namespace}",
                     "--clusterrole=kuzk-prover", f"--serviceaccount={namespace}:kuzk-prover")
 
@@ -81,10 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         nodes = [NodeSpec(f"gpu-node-{i}", gpus=2) for i in (1, 2)]
         with cluster.kubelet(nodes):
             log = plane.workdir / "operator.log"  # type: ignore[operator]
-            operator = subprocess.Popen(
-                [sys.executable, "-m", "kuzk.cli", "operator", "--namespace", ns,
-                 "--standalone", "--prover-command", json.dumps(["kuzk-prover"])],
-                env=cluster.env(), stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            with log.open("wb") as out:
+                operator = subprocess.Popen(
+                    [sys.executable, "-m", "kuzk.cli", "operator", "--namespace", ns,
+                     "--standalone", "--prover-command", json.dumps(["kuzk-prover"])],
+                    env=cluster.env(), stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True)
             job = {"apiVersion": api.API_VERSION, "kind": api.PROOFJOB_KIND,
                    "metadata": {"name": "snap-demo"},
                    "spec": {"proofKind": "snap-update", "sector": {"miner": 1234, "number": 5678},
@@ -109,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if status.get("phase") == "Succeeded" else 1
     finally:
         if operator is not None:
-            operator.terminate()
-            operator.wait(timeout=30)
+            stop_group(operator, grace=30)
         plane.stop()
 
 

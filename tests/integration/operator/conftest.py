@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from kuzk import api
 from tests.testenv.cluster import Cluster
+from tests.testenv.controlplane import stop_group
 from tests.testenv.waiting import wait_for
 
 STANDIN = Path(__file__).parent / "standin.py"
@@ -63,14 +63,7 @@ class OperatorProcess:
     log: Path
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, sig, grace=20)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
