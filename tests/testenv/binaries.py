@@ -21,6 +21,7 @@ NAMES = (
     "kube-scheduler",
     "kubectl",
     "helm",
+    "prometheus",
 )
 
 

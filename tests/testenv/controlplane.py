@@ -19,6 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +256,28 @@ class ControlPlane:
         )
         self.stop()
         raise StartError(msg)
+
+    # --- faults ------------------------------------------------------------------------
+    def component(self, name: str) -> Component:
+        for comp in self.components:
+            if comp.name == name:
+                return comp
+        msg = f"no component {name!r} in this control plane"
+        raise KeyError(msg)
+
+    @contextlib.contextmanager
+    def apiserver_down(self, timeout: float = 60.0) -> Iterator[None]:
+        """Stop kube-apiserver (SIGTERM, as a rolling restart does) for the body of the
+        ``with``, then start it again on the same port and wait until it is ready. Clients
+        see refused connections meanwhile; etcd keeps every object."""
+        comp = self.component("kube-apiserver")
+        assert comp.proc is not None
+        stop_group(comp.proc)
+        try:
+            yield
+        finally:
+            self._spawn(comp)
+            self._wait(comp, time.monotonic() + timeout)
 
     # --- kubeconfigs -------------------------------------------------------------------
     def admin_kubeconfig(self) -> dict[str, object]:
