@@ -92,6 +92,9 @@ class ControlPlane:
     workdir: Path | None = None
     with_scheduler: bool = True
     with_controller_manager: bool = True
+    # An audit policy (audit.k8s.io/v1 Policy as a dict): kube-apiserver then writes JSON
+    # audit events to ``audit_log`` (benchmarks count a client's requests from it).
+    audit_policy: dict[str, object] | None = None
     components: list[Component] = field(default_factory=list)
     server: str = ""
     kubeconfig: Path = Path()
@@ -155,6 +158,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
                 "--v=1",
+                *self._audit_flags(),
             ],
             wd / "kube-apiserver.log",
             f"{self.server}/readyz",
@@ -173,6 +177,24 @@ class ControlPlane:
             self._spawn(comp)
         for comp in later:
             self._wait(comp, deadline)
+
+    @property
+    def audit_log(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / "audit.log"
+
+    def _audit_flags(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        assert self.workdir is not None
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(self.audit_policy))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=4096",  # MB; not rotated during a run, so one file holds all
+        ]
 
     def _kcm(self, port: int) -> Component:
         return self._control_loop("kube-controller-manager", "kcm", port, [
