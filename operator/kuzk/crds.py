@@ -289,6 +289,20 @@ def _workerstatus_status() -> dict[str, Any]:
                 },
                 required=["uid"],
             ),
+            "previousPods": arr(
+                "Pods that held this worker before its current (or last) pod, newest first."
+                " A later release about one of them is stale (refused and counted); a release"
+                " about a pod no worker ever held is nothing to do.",
+                obj(
+                    "A pod that held the worker.",
+                    {
+                        "name": string("Name of the partition pod."),
+                        "uid": string("UID of the partition pod."),
+                    },
+                    required=["uid"],
+                ),
+                maxItems=16,
+            ),
             "since": timestamp("When the worker entered its current state."),
             "heartbeat": timestamp("Last sign of life from the prover holding the worker."),
             "completed": integer("Partitions this worker finished.", minimum=0),

@@ -14,6 +14,10 @@ Choices the callers rely on:
   it. A worker is the worker of one GPU UUID (``W<k>``, the lowest free k, kept for good).
 * An idle worker keeps the ``pod`` it last released, so the operator's finalizer release after
   the prover's own release is recognised as already done rather than counted as stale.
+* A worker remembers the pods that held it before (``previousPods``, newest first, at most
+  PREVIOUS_PODS). Only a release about one of them is stale: a release about a pod that never
+  held a worker (preempted before its prover claimed) is nothing to do, neither written nor
+  counted.
 * A missing WorkerStatus makes ``claim``, ``stage`` and ``heartbeat`` raise
   ``WorkerStatusMissing`` (the prover waits for the operator to create it); ``release`` and
   ``sweep`` treat it as nothing to do, so a pod's finalizer never sticks.
@@ -33,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter
 from urllib3.exceptions import HTTPError
 
@@ -48,7 +52,10 @@ Outcome = Literal["succeeded", "failed", "disrupted", "lost"]
 CONFLICT_BUDGET_S = 2.0
 BACKOFF_BASE_S = 0.005
 BACKOFF_CAP_S = 0.25
+# No write waits longer than this for an API server that accepted the connection.
+REQUEST_TIMEOUT_S = 10.0
 HEARTBEAT_INTERVAL_S = 10.0
+PREVIOUS_PODS = 16
 SWEEP_MISSED_HEARTBEATS = 3
 
 STALE_WRITES = Counter(
@@ -175,6 +182,22 @@ def _holders(workers: list[dict[str, Any]], pod_uid: str) -> list[dict[str, Any]
     ]
 
 
+def _held_before(workers: list[dict[str, Any]], pod_uid: str) -> bool:
+    return any(p.get("uid") == pod_uid for w in workers for p in w.get("previousPods") or [])
+
+
+def _remember(worker: dict[str, Any], pod_uid: str) -> None:
+    """Before ``pod_uid`` takes ``worker``, put the pod that held it into ``previousPods``."""
+    pod = worker.get("pod") or {}
+    if not pod.get("uid") or pod["uid"] == pod_uid:
+        return
+    previous = [
+        p for p in worker.get("previousPods") or [] if p.get("uid") not in (pod["uid"], pod_uid)
+    ]
+    held = {k: pod[k] for k in ("name", "uid") if k in pod}
+    worker["previousPods"] = [held, *previous][:PREVIOUS_PODS]
+
+
 def _new_status(
     old: Mapping[str, Any], workers: list[dict[str, Any]], now: datetime, stale: int = 0
 ) -> dict[str, Any]:
@@ -216,6 +239,7 @@ def decide_claim(
     if worker.get("state") == "proving":
         # One GPU, one pod: the kubelet gave this GPU to the claimant, so the holder is over.
         notes = (f"{_describe(assignment)} replaces {_describe_worker(worker)}",)
+    _remember(worker, assignment.pod_uid)
     moment = stamp(now)
     worker.update(
         gpu={**(worker.get("gpu") or {}), **gpu.as_status()},
@@ -281,7 +305,8 @@ def decide_release(
     status: Mapping[str, Any], who: Assignment | PodRef, outcome: Outcome, now: datetime
 ) -> Decision[bool]:
     """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
-    outcome is success). A pod already released is a no-op; anything else is stale."""
+    outcome is success). A pod already released, or one that never held a worker, is a no-op;
+    a pod that held a worker since taken by another pod is stale."""
     workers = copy.deepcopy(status.get("workers") or [])
     uid = (who if isinstance(who, PodRef) else who.pod).uid
     holders = _holders(workers, uid)
@@ -291,7 +316,11 @@ def decide_release(
         return Decision(_new_status(status, workers, now), True)
     if any((w.get("pod") or {}).get("uid") == uid for w in workers):
         return Decision(None, False)
-    return _refuse(status, "release", who, now)
+    if _held_before(workers, uid):
+        return _refuse(status, "release", who, now)
+    return Decision(
+        None, False, notes=(f"{_describe(who)} never held a worker: nothing to release",)
+    )
 
 
 def decide_sweep(
@@ -345,13 +374,17 @@ def guarded_write(
     conflicts, deadline = 0, 0.0
     while True:
         try:
-            current = cast(dict[str, Any], objects.get_cluster_custom_object(*where))
-            decision = decide(current.get("status") or {})
-            if decision.status is None:
-                return decision.result
-            objects.replace_cluster_custom_object_status(
-                *where, {**current, "status": decision.status}
+            current = cast(
+                dict[str, Any],
+                objects.get_cluster_custom_object(*where, _request_timeout=REQUEST_TIMEOUT_S),
             )
+            decision = decide(current.get("status") or {})
+            if decision.status is not None:
+                objects.replace_cluster_custom_object_status(
+                    *where,
+                    {**current, "status": decision.status},
+                    _request_timeout=REQUEST_TIMEOUT_S,
+                )
         except ApiException as error:
             if error.status == 404:
                 msg = f"WorkerStatus {node} does not exist"
@@ -458,15 +491,42 @@ PROVER_ENV = (
     "KUZK_PROOF_KIND",
 )
 _NOT_A_DEVICE = ("", "all", "none", "void")
+# How long one write of the prover keeps trying through an API outage (refused connections,
+# 5xx, 429) before the prover proves on without status; its backoff between tries.
+OUTAGE_BUDGET_S = 30.0
+RETRY_FIRST_S, RETRY_CAP_S = 0.2, 2.0
 # A status write that fails must not fail the proof: the operator's release and sweep repair.
-_WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError)
+_WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
+
+
+def transient(error: BaseException) -> bool:
+    """Whether a later try may succeed: no connection (urllib3's errors, OSError) or an API
+    server that answers 5xx or 429 (restarting, overloaded)."""
+    if isinstance(error, ApiException):
+        code = int(error.status or 0)
+        return code in (0, 429) or code >= 500
+    return isinstance(error, HTTPError | OSError)
+
+
+def _brief(error: BaseException) -> str:
+    """An error on one line, with its type: what a log line or a pod's message shows."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _Quiet(Exception):
+    """The reporter went quiet while a stage or heartbeat write was waiting to try again."""
 
 
 def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
-    if env.get("KUBECONFIG"):
-        return config.new_client_from_config(config_file=env["KUBECONFIG"])
+    # The kubernetes package leaves its config loaders untyped.
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    if env.get("KUBECONFIG"):
+        load = cast(Callable[..., None], config.load_kube_config)
+        load(config_file=env["KUBECONFIG"], client_configuration=configuration)
+    else:
+        load = cast(Callable[..., None], config.load_incluster_config)
+        load(client_configuration=configuration)
     return client.ApiClient(configuration)
 
 
@@ -474,7 +534,11 @@ class ProverReporter:
     """A partition pod's worker: ``claim`` at start, ``on_stage`` as the prover moves (the
     ``prove(on_stage=...)`` hook), a heartbeat thread while it runs (one write per interval at
     most, stage writes included), ``release`` at the end. Used as a context manager, leaving
-    the block releases what is still held: "failed" on an exception, else "succeeded"."""
+    the block releases what is still held: "failed" on an exception, else "succeeded".
+
+    Every write tries again with backoff through transient errors for ``outage_budget``
+    seconds. A stage or heartbeat write that still fails makes the reporter quiet: it says so
+    once and writes nothing more but the release; the proof goes on."""
 
     def __init__(
         self,
@@ -484,10 +548,12 @@ class ProverReporter:
         *,
         visible_devices: str = "",
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        outage_budget: float = OUTAGE_BUDGET_S,
     ) -> None:
         self.api, self.node, self.assignment = api, node, assignment
         self.visible_devices = visible_devices
         self.heartbeat_interval = heartbeat_interval
+        self.outage_budget = outage_budget
         self.worker_id: str | None = None
         self._lock = threading.Lock()
         self._last_write = time.monotonic()
@@ -502,6 +568,7 @@ class ProverReporter:
         api: client.ApiClient | None = None,
         *,
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        outage_budget: float = OUTAGE_BUDGET_S,
     ) -> ProverReporter:
         """From the partition pod's env (DESIGN.md section 3) and its ServiceAccount:
         ``KUBECONFIG`` when set, else the in-cluster token."""
@@ -526,6 +593,7 @@ class ProverReporter:
             assignment,
             visible_devices=env.get("NVIDIA_VISIBLE_DEVICES", ""),
             heartbeat_interval=heartbeat_interval,
+            outage_budget=outage_budget,
         )
 
     def gpu(self, device: Gpu | None = None) -> Gpu:
@@ -540,19 +608,12 @@ class ProverReporter:
 
     def claim(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
         """Claim this pod's worker, waiting up to ``wait_s`` for the operator to create the
-        node's WorkerStatus; start the heartbeat. Raises what the last try raised."""
+        node's WorkerStatus and up to ``outage_budget`` through transient errors; start the
+        heartbeat. Raises what the last try raised."""
         gpu = self.gpu(device)
-        deadline, delay = time.monotonic() + wait_s, 0.2
-        while True:
-            try:
-                self.worker_id = claim(self.api, self.node, gpu, self.assignment)
-                break
-            except WorkerStatusMissing:
-                if time.monotonic() >= deadline:
-                    raise
-                log.info("WorkerStatus %s not there yet; claiming again", self.node)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        self.worker_id = self._persist(
+            "claim", lambda: claim(self.api, self.node, gpu, self.assignment), missing_s=wait_s
+        )
         self._last_write = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
         self._thread.start()
@@ -571,7 +632,8 @@ class ProverReporter:
 
     def release(self, outcome: Outcome) -> bool:
         """Stop the heartbeat and release the worker; True if this call released it. Without
-        a claim, or a second time, it writes nothing."""
+        a claim, or a second time, it writes nothing. A failure is logged, never raised: the
+        operator's finalizer release repairs it."""
         with self._lock:
             if self._released or self.worker_id is None:
                 return False
@@ -580,9 +642,15 @@ class ProverReporter:
         if self._thread is not None:
             self._thread.join()
         try:
-            return release(self.api, self.node, self.assignment, outcome)
+            return self._persist(
+                "release", lambda: release(self.api, self.node, self.assignment, outcome)
+            )
         except _WRITE_ERRORS as error:
-            log.warning("release of %s failed: %s", _describe(self.assignment), error)
+            log.warning(
+                "release of %s failed (%s); the operator's finalizer release will do it",
+                _describe(self.assignment),
+                _brief(error),
+            )
             return False
 
     def __enter__(self) -> ProverReporter:
@@ -595,15 +663,73 @@ class ProverReporter:
         while not self._quiet.wait(self.heartbeat_interval / 4):
             self.heartbeat()
 
+    def _persist(
+        self,
+        what: str,
+        write: Callable[[], T],
+        *,
+        missing_s: float = 0.0,
+        quiet: threading.Event | None = None,
+    ) -> T:
+        """``write()``, tried again with backoff while the WorkerStatus is missing (for
+        ``missing_s``) and through transient errors (for ``outage_budget``); then what the
+        last try raised. With ``quiet``, raises _Quiet as soon as it is set."""
+        start, delay, failures = time.monotonic(), RETRY_FIRST_S, 0
+        while True:
+            try:
+                result = write()
+            except WorkerStatusMissing:
+                if time.monotonic() - start + delay > missing_s:
+                    raise
+                log.info("WorkerStatus %s not there yet; %s again", self.node, what)
+            except (ApiException, HTTPError, OSError) as error:
+                if not transient(error) or time.monotonic() - start + delay > self.outage_budget:
+                    raise
+                if failures == 0:
+                    log.info(
+                        "%s on %s: %s; trying again for up to %.0f s",
+                        what,
+                        self.node,
+                        _brief(error),
+                        self.outage_budget,
+                    )
+                failures += 1
+            else:
+                if failures:
+                    log.info(
+                        "%s on %s went through after %d failed tries", what, self.node, failures
+                    )
+                return result
+            if quiet is None:
+                time.sleep(delay)
+            elif quiet.wait(delay):
+                raise _Quiet
+            delay = min(delay * 2, RETRY_CAP_S)
+
     def _write(self, what: str, write: Callable[[], bool]) -> None:
         if self._quiet.is_set() or self.worker_id is None:
             return
         with self._lock:
             self._last_write = time.monotonic()
         try:
-            held = write()
+            held = self._persist(what, write, quiet=self._quiet)
+        except _Quiet:
+            return
         except _WRITE_ERRORS as error:
-            log.warning("%s of %s failed: %s", what, _describe(self.assignment), error)
+            with self._lock:
+                first = not self._quiet.is_set()
+                self._quiet.set()
+            if not first:
+                return
+            log.warning(
+                "%s of %s failed (%s): proving on without worker status; the operator's"
+                " finalizer release and sweep repair worker %s on %s",
+                what,
+                _describe(self.assignment),
+                _brief(error),
+                self.worker_id,
+                self.node,
+            )
             return
         if not held:
             # The worker was released under us (sweep, or a newer pod on the GPU): stop

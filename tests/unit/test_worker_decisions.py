@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from kuzk.workers import (
+    PREVIOUS_PODS,
     Assignment,
     Gpu,
     PodRef,
@@ -108,6 +109,22 @@ def test_claim_of_an_idle_worker_keeps_its_completed_count() -> None:
     (worker,) = got.status["workers"]
     assert (worker["state"], worker["completed"], worker["pod"]["uid"]) == ("proving", 5, "uid-a")
     assert "stage" not in worker and got.notes == ()
+    assert worker["previousPods"] == [{"name": "b", "uid": "uid-b"}]
+
+
+def test_previous_pods_are_newest_first_unique_and_bounded() -> None:
+    pods = [assignment(f"p{k}") for k in range(PREVIOUS_PODS + 3)]
+    current: dict[str, Any] = {}
+    for pod in [*pods, pods[-2]]:
+        got = decide_claim(current, GPU0, pod, LATER)
+        assert got.status is not None
+        current = got.status
+    (worker,) = current["workers"]
+    assert worker["pod"]["uid"] == pods[-2].pod_uid
+    uids = [p["uid"] for p in worker["previousPods"]]
+    assert len(uids) == PREVIOUS_PODS
+    assert uids[:3] == [pods[-1].pod_uid, pods[-3].pod_uid, pods[-4].pod_uid]
+    assert len(set(uids)) == len(uids)
 
 
 def test_claim_over_an_older_assignment_replaces_it_and_says_so() -> None:
@@ -118,6 +135,7 @@ def test_claim_over_an_older_assignment_replaces_it_and_says_so() -> None:
     assert "stage" not in worker, "the new assignment has not reported a stage yet"
     assert len(got.notes) == 1 and "uid-a2" in got.notes[0] and "uid-a)" in got.notes[0]
     assert got.status["staleWritesRejected"] == 0
+    assert worker["previousPods"] == [{"name": "a", "uid": "uid-a"}]
 
 
 def test_a_repeated_claim_writes_nothing() -> None:
@@ -196,11 +214,40 @@ def test_release_of_a_pod_already_released_writes_nothing() -> None:
     assert (got.status, got.result, got.stale) == (None, False, None)
 
 
-@pytest.mark.parametrize(
-    "before",
-    [STALE_CASES["other-pod"], STALE_CASES["retried-attempt"], STALE_CASES["empty"]],
-    ids=["other-pod", "retried-attempt", "empty"],
-)
+def held_before(worker: dict[str, Any], *pods: Assignment) -> dict[str, Any]:
+    return {**worker, "previousPods": [{"name": p.pod_name, "uid": p.pod_uid} for p in pods]}
+
+
+NEVER_HELD = {
+    "other-pod": status(proving("W0", "GPU-0", B)),
+    "idle-after-other-pod": status(idle("W0", "GPU-0", B)),
+    "others-history": status(held_before(proving("W0", "GPU-0", B), A2)),
+    "empty": {},
+}
+
+
+@pytest.mark.parametrize("who", [A, A.pod], ids=["assignment", "pod-ref"])
+@pytest.mark.parametrize("before", NEVER_HELD.values(), ids=NEVER_HELD.keys())
+def test_release_of_a_pod_that_never_held_a_worker_writes_nothing(
+    before: dict[str, Any], who: Assignment | PodRef
+) -> None:
+    got = decide_release(before, who, "disrupted", LATER)
+    assert (got.status, got.result, got.stale) == (None, False, None)
+    (note,) = got.notes
+    assert "uid-a)" in note and "never held a worker" in note
+
+
+LATE_RELEASES = {
+    "other-pod": status(held_before(proving("W0", "GPU-0", B), A)),
+    "retried-attempt": status(held_before(proving("W0", "GPU-0", A2), A)),
+    "released-then-other-pod": status(held_before(idle("W0", "GPU-0", B), A)),
+    "other-worker": status(
+        idle("W0", "GPU-0", B), held_before(proving("W1", "GPU-1", A2), B, A), stale=4
+    ),
+}
+
+
+@pytest.mark.parametrize("before", LATE_RELEASES.values(), ids=LATE_RELEASES.keys())
 def test_late_release_is_stale_and_changes_no_worker(before: dict[str, Any]) -> None:
     got = decide_release(before, A, "succeeded", LATER)
     assert (got.result, got.stale) == (False, "release")
@@ -210,7 +257,27 @@ def test_late_release_is_stale_and_changes_no_worker(before: dict[str, Any]) -> 
     (note,) = got.notes
     assert "uid-a)" in note
     for worker in before.get("workers", []):
-        assert worker["pod"]["uid"] in note, "both assignments are named"
+        if worker["state"] == "proving":
+            assert worker["pod"]["uid"] in note, "both assignments are named"
+
+
+def test_the_aba_race_is_stale_and_a_pod_that_never_claimed_is_not() -> None:
+    """Claims and releases in the order of the original bug: A proves on W0, B takes W0, A's
+    late release is refused and counted; C, preempted before it claimed, releases nothing."""
+    c = assignment("c", partition=5)
+    current: dict[str, Any] = {}
+    for write in (
+        lambda s: decide_claim(s, GPU0, A, NOW),
+        lambda s: decide_claim(s, GPU0, B, LATER),
+    ):
+        got = write(current)
+        assert got.status is not None
+        current = got.status
+    late = decide_release(current, A.pod, "succeeded", LATER)
+    assert (late.result, late.stale) == (False, "release")
+    assert late.status is not None and late.status["staleWritesRejected"] == 1
+    never = decide_release(late.status, c.pod, "disrupted", LATER)
+    assert (never.status, never.result, never.stale) == (None, False, None)
 
 
 # --- sweep -------------------------------------------------------------------------------
