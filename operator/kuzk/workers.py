@@ -521,6 +521,9 @@ class _Quiet(Exception):
 def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
     # The kubernetes package leaves its config loaders untyped.
     configuration = client.Configuration()
+    # ProverReporter tries again itself, with backoff and a budget; urllib3's instant
+    # retries would only add noise to the log.
+    configuration.retries = 0
     if env.get("KUBECONFIG"):
         load = cast(Callable[..., None], config.load_kube_config)
         load(config_file=env["KUBECONFIG"], client_configuration=configuration)
@@ -687,7 +690,7 @@ class ProverReporter:
                     raise
                 if failures == 0:
                     log.info(
-                        "%s on %s: %s; trying again for up to %.0f s",
+                        "%s on %s: %s; trying again for up to %g s",
                         what,
                         self.node,
                         _brief(error),

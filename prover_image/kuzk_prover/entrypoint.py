@@ -7,6 +7,11 @@ Exit codes are the contract the operator acts on:
   1    anything else (no usable backend, a failed self-check, a crash): retryable;
   143  stopped by SIGTERM: no message is written, the attempt simply did not finish.
 
+A failure's message is one readable line with the exception's type; its traceback goes to the
+log (stderr) only. The GPU worker's status is best effort: its writes try again through an API
+outage for a bounded time, then the prover proves on without status and still writes its
+result.
+
 ``kuzk-prover --local --proof-kind … --partition … --miner … --sector …`` proves one partition
 without Kubernetes and prints the result JSON.
 """
@@ -23,10 +28,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
+from urllib3.exceptions import HTTPError
 
-from kuzk.workers import Gpu, ProverReporter, WorkerStatusMissing, WorkerWriteConflict
+from kuzk.workers import (
+    OUTAGE_BUDGET_S,
+    Gpu,
+    ProverReporter,
+    WorkerStatusMissing,
+    WorkerWriteConflict,
+)
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
@@ -39,6 +51,8 @@ log = logging.getLogger("kuzk_prover")
 EXIT_OK, EXIT_RETRY, EXIT_INVALID, EXIT_TERMINATED = 0, 1, 2, 143
 # How long a new pod waits for the operator to create its node's WorkerStatus.
 CLAIM_WAIT_S = 10.0
+# How long each WorkerStatus write keeps trying through an API outage.
+STATUS_OUTAGE_S = OUTAGE_BUDGET_S
 
 
 class Terminated(BaseException):
@@ -90,9 +104,9 @@ def _reporter(env: Mapping[str, str]) -> ProverReporter | None:
     if not env.get("POD_UID") or not env.get("NODE_NAME"):
         return None
     try:
-        return ProverReporter.from_env(env)
-    except (ValueError, ConfigException) as exc:
-        log.warning("not reporting the GPU worker's status: %s", exc)
+        return ProverReporter.from_env(env, outage_budget=STATUS_OUTAGE_S)
+    except (ValueError, ConfigException, OSError) as exc:
+        log.warning("not reporting the GPU worker's status: %s", _brief(exc))
         return None
 
 
@@ -104,10 +118,20 @@ def _claim(reporter: ProverReporter, backend: Backend) -> None:
         device = Gpu(backend.gpu_uuid, backend.gpu_name or "", backend.memory_bytes)
     try:
         worker = reporter.claim(device, wait_s=CLAIM_WAIT_S)
-    except (WorkerStatusMissing, WorkerWriteConflict, ApiException, OSError) as exc:
-        log.warning("could not claim the GPU worker, proving without status: %s", exc)
+    except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError, OSError) as exc:
+        log.warning(
+            "could not claim the GPU worker on %s (%s): proving on without worker status",
+            reporter.node,
+            _brief(exc),
+        )
         return
     log.info("claimed worker %s on %s", worker, reporter.node)
+
+
+def _brief(exc: BaseException) -> str:
+    """An exception on one line, with its type."""
+    text = one_line(str(exc), limit=400)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _run(
@@ -130,7 +154,11 @@ def _run(
     try:
         code = _prove_and_report(proof, backend, path, attempt, context, reporter)
     finally:
-        reporter.release("succeeded" if code == EXIT_OK else "failed")
+        try:
+            reporter.release("succeeded" if code == EXIT_OK else "failed")
+        except Exception:
+            # The result is written by now; a bug in the status write must not undo it.
+            log.exception("releasing the GPU worker failed; the operator's finalizer will")
     return code
 
 
@@ -150,7 +178,7 @@ def _prove_and_report(
         return _fail(path, EXIT_RETRY, "out of memory")
     except Exception as exc:
         log.exception("proving failed")
-        return _fail(path, EXIT_RETRY, f"proving failed: {type(exc).__name__}: {exc}")
+        return _fail(path, EXIT_RETRY, f"proving failed: {_brief(exc)}")
     return _report(result, path, attempt)
 
 
@@ -182,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend:
         env["KUZK_BACKEND"] = args.backend
     signal.signal(signal.SIGTERM, _on_sigterm)
+    path = None if args.local else message_path(env)
     try:
         if args.local:
             try:
@@ -190,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(None, EXIT_INVALID, f"invalid input: {exc}")
             context = f"partition={proof.partition} local"
             return _run(proof, env, None, 0, context)
-        path = message_path(env)
         if any(getattr(args, name) is not None for name in ("proof_kind", "partition", "miner")):
             return _fail(path, EXIT_INVALID, "invalid input: partition flags need --local")
         try:
@@ -202,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         log.warning("SIGTERM: stopped before finishing; no result written")
         return EXIT_TERMINATED
+    except Exception as exc:
+        # The traceback is for the log; the partition's message gets one line.
+        log.exception("kuzk-prover failed")
+        return _fail(path, EXIT_RETRY, f"unexpected error: {_brief(exc)}")
 
 
 if __name__ == "__main__":

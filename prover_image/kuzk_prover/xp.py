@@ -8,7 +8,7 @@ seen, which keeps this package importable where CuPy is not installed.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -24,7 +24,7 @@ def array_namespace(*arrays: Any) -> ModuleType:
         if type(array).__module__.split(".")[0] == "cupy":
             import cupy
 
-            return cupy
+            return cast(ModuleType, cupy)
     return np
 
 
@@ -32,4 +32,4 @@ def to_host(array: Any) -> np.ndarray:
     """A NumPy copy of ``array`` (a no-op view for NumPy arrays): the one host transfer."""
     if isinstance(array, np.ndarray):
         return array
-    return array.get()
+    return cast(np.ndarray, array.get())
