@@ -10,8 +10,9 @@ with its job controller, kube-scheduler) and process kubelet with 4 nodes x 16 G
 operator tests' stand-in prover (``tests/integration/operator/standin.py``, same plan folder)
 as the command, one ``nvidia.com/gpu``, the ``kuzk-prover`` ServiceAccount and the
 ``kuzk-normal`` PriorityClass. The Job is ``completionMode: Indexed`` with ``completions`` and
-``parallelism`` P and gets the env the stand-in reads (``KUZK_PARTITION`` from the completion
-index annotation, the rest constant or from the downward API).
+``parallelism`` P; its pod template comes from kuzk's own pod builder (``bench/twins.py``), so
+the env is the partition pods' own, with ``KUZK_PARTITION`` from the completion index and
+``KUZK_JOB_UID`` from the Job's ``controller-uid`` label.
 
 For each P and each system the object is created in a fresh namespace. From the create call,
 watches opened before it measure the time until all P pods exist (distinct pod names with the
@@ -51,10 +52,13 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kuzk import api
+from kuzk.pods import PodSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
+
+from twins import JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
 from tests.testenv.controlplane import ControlPlane, stop_group  # noqa: E402
@@ -62,12 +66,9 @@ from tests.testenv.kubelet import NodeSpec  # noqa: E402
 
 STANDIN = ROOT / "tests" / "integration" / "operator" / "standin.py"
 IMAGE = "kuzk-standin:bench"
-SERVICE_ACCOUNT = "kuzk-prover"
-PRIORITY_CLASS = "kuzk-normal"  # what snap-update ProofJobs get; the Job's pods get it too
+SERVICE_ACCOUNT = "kuzk-prover"  # the operator's default for partition pods
 NODES, GPUS_PER_NODE = 4, 16
 KUZK, JOB = "kuzk", "job"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 WATCH_SECONDS = 900
 ALL_PODS_TIMEOUT = 30.0  # after completion: the pod watch may lag the job watch a little
 COMPLETE_TIMEOUT = 150.0
@@ -219,63 +220,14 @@ class Sample:
     t_complete: float
 
 
-def proofjob_manifest(name: str, partitions: int) -> Obj:
-    return {
-        "apiVersion": api.API_VERSION,
-        "kind": api.PROOFJOB_KIND,
-        "metadata": {"name": name},
-        "spec": {"proofKind": "snap-update", "partitions": partitions,
-                 "sector": {"miner": 1234, "number": 5678}},
-    }
-
-
-def job_manifest(name: str, partitions: int, command: list[str]) -> Obj:
-    """An Indexed Job whose pods are the partition pods' twins: same command, GPU limit,
-    ServiceAccount, PriorityClass and the env the stand-in reads."""
-    prover_input = {"sector": {"miner": 1234, "number": 5678}, "randomness": "0x" + "5a" * 32,
-                    "circuitLog2": 23, "partitions": partitions}
-    values = {"KUZK_JOB": name, "KUZK_JOB_UID": f"batch-job-{name}", "KUZK_ATTEMPT": "1",
-              "KUZK_PROOF_KIND": "snap-update",
-              "KUZK_INPUT": json.dumps(prover_input, sort_keys=True, separators=(",", ":"))}
-    fields = {"KUZK_PARTITION": COMPLETION_INDEX, "POD_NAME": "metadata.name",
-              "POD_UID": "metadata.uid", "POD_NAMESPACE": "metadata.namespace",
-              "NODE_NAME": "spec.nodeName"}
-    env: list[Obj] = [{"name": k, "value": v} for k, v in values.items()]
-    env += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in fields.items()]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": partitions,
-            "parallelism": partitions,
-            "backoffLimitPerIndex": 3,  # as a ProofJob's backoffLimitPerPartition default
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "serviceAccountName": SERVICE_ACCOUNT,
-                    "priorityClassName": PRIORITY_CLASS,
-                    "enableServiceLinks": False,
-                    "containers": [{
-                        "name": "prover",
-                        "image": IMAGE,
-                        "command": command,
-                        "env": env,
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        "terminationMessagePath": "/dev/termination-log",
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                    }],
-                },
-            },
-        },
-    }
-
-
 class Bench:
     def __init__(self, cluster: Cluster, command: list[str]) -> None:
         self.cluster = cluster
         self.command = command
+        # The settings the operator runs with (its flags below): the Job twins' pods are built
+        # by the same pod builder from them.
+        self.settings = PodSettings(image=IMAGE, command=tuple(command),
+                                    service_account_name=SERVICE_ACCOUNT)
         self.operator: subprocess.Popen[bytes] | None = None
         self.core = cluster.core
         self.custom = client.CustomObjectsApi(cluster.api)
@@ -299,13 +251,14 @@ class Bench:
             on_job = progress.on_proofjob
             create = partial(self.custom.create_namespaced_custom_object, api.GROUP,
                              api.VERSION, namespace, api.PROOFJOB_PLURAL,
-                             proofjob_manifest(name, partitions))
+                             proofjob(name, "snap-update", partitions=partitions))
         else:
             pod_selector = f"{JOB_NAME_LABEL}={name}"
             list_jobs = partial(self.batch.list_namespaced_job, namespace)
             on_job = progress.on_job
             create = partial(self.batch.create_namespaced_job, namespace,
-                             job_manifest(name, partitions, self.command))
+                             indexed_job(proofjob(name, "snap-update", partitions=partitions),
+                                         namespace, self.settings))
         list_pods = partial(self.core.list_namespaced_pod, namespace)
         by_name = f"metadata.name={name}"
         streams = [

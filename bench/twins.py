@@ -1,0 +1,64 @@
+"""The batch/v1 Indexed Job that is a ProofJob's twin, for benchmarks that race the two.
+
+Why: a benchmark comparing kuzk's operator with the Job controller is only fair if both run
+identical pods. The twin's pod template comes from kuzk's own pod builder
+(``kuzk.pods.build_pod``): same command, image, env, GPU limit, ServiceAccount and
+PriorityClass; only what a Job cannot know before it exists is taken from the Job's pods
+instead: ``KUZK_PARTITION`` from the completion index and ``KUZK_JOB_UID`` from the Job
+controller's ``controller-uid`` label. The operator's own labels, finalizer and owner
+reference stay off the twin (the Job controller owns its pods).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from kuzk import api
+from kuzk.pods import PodSettings, build_pod
+
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+CONTROLLER_UID = "metadata.labels['batch.kubernetes.io/controller-uid']"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+FROM_THE_JOB = {"KUZK_PARTITION": COMPLETION_INDEX, "KUZK_JOB_UID": CONTROLLER_UID}
+
+
+def proofjob(name: str, proof_kind: str, *, partitions: int | None = None,
+             deadline_s: int | None = None) -> dict[str, Any]:
+    """A ProofJob manifest of ``proof_kind`` (partitions by kind unless given)."""
+    spec: dict[str, Any] = {"proofKind": proof_kind, "sector": {"miner": 1234, "number": 5678}}
+    if partitions is not None:
+        spec["partitions"] = partitions
+    if deadline_s is not None:
+        spec["activeDeadlineSeconds"] = deadline_s
+    return {"apiVersion": api.API_VERSION, "kind": api.PROOFJOB_KIND,
+            "metadata": {"name": name}, "spec": spec}
+
+
+def indexed_job(proof_job: Mapping[str, Any], namespace: str,
+                settings: PodSettings) -> dict[str, Any]:
+    """The Indexed Job twin of ``proof_job`` (a manifest) in ``namespace``."""
+    as_stored = copy.deepcopy(dict(proof_job))
+    as_stored["metadata"] = {**as_stored["metadata"], "namespace": namespace,
+                             "uid": "set-from-the-job"}
+    spec = api.resolve(as_stored)
+    pod = build_pod(as_stored, 0, 1, settings)
+    pod_spec = copy.deepcopy(pod["spec"])
+    for container in pod_spec["containers"]:
+        container["env"] = [
+            {"name": e["name"], "valueFrom": {"fieldRef": {"fieldPath": FROM_THE_JOB[e["name"]]}}}
+            if e["name"] in FROM_THE_JOB else e
+            for e in container["env"]
+        ]
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.partitions,
+        "parallelism": spec.partitions,
+        "backoffLimitPerIndex": spec.backoff_limit_per_partition,
+        "template": {"spec": pod_spec},
+    }
+    if spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": spec.name, "namespace": namespace}, "spec": job_spec}
