@@ -15,6 +15,18 @@ one worker and adds 1 to its ``completed`` count per update:
 It prints updates/s, the guarded writes' conflict rate (409s per PUT), and how many updates
 the merge patches lost (updates made minus the sum of ``completed`` at the end). Exit status 1
 if a guarded update was lost.
+
+    .venv/bin/python bench/worker_writes.py --busy-node 60 [--provers 8] [--partition 1.0]
+
+The busy-node mode writes one node's WorkerStatus at the rate a busy 8-GPU node makes: one
+process per GPU proves partitions back to back (claim, stages synthesizing, synth_done and gpu,
+``--partition`` seconds of work, release; ``--gap`` seconds until the next pod) through
+kuzk.workers' claim/stage/release, and an "operator" process makes the finalizer release of
+every finished pod (as a partition pod's finalizer does) and the periodic sweep
+(``--sweep`` seconds, 30 as the operator). It reports p50/p99 latency per operation, the
+409 rate and every write that gave up (WorkerWriteConflict), beside the guarded writes/s the
+same object sustains in a tight loop with as many writers (the reference, same run). Exit
+status 1 if a write gave up.
 """
 
 from __future__ import annotations
@@ -22,17 +34,22 @@ from __future__ import annotations
 import argparse
 import copy
 import multiprocessing
+import queue
 import sys
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
 from kuzk import api as kapi
+from kuzk import workers
 from kuzk.crds import workerstatus_crd
-from kuzk.workers import Decision, guarded_write
+from kuzk.workers import Assignment, Decision, Gpu, PodRef, guarded_write
 
 WHERE = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL)
 
@@ -127,11 +144,152 @@ def run(
     )
 
 
+# --- the busy-node mode ----------------------------------------------------------------------
+class Timings:
+    """Latencies per operation and the writes that gave up, in one process."""
+
+    def __init__(self) -> None:
+        self.latency: dict[str, list[float]] = {}
+        self.gave_up: Counter[str] = Counter()
+
+    def call(self, op: str, write: Callable[[], Any]) -> None:
+        started = time.monotonic()
+        try:
+            write()
+        except workers.WorkerWriteConflict:
+            self.gave_up[op] += 1
+        self.latency.setdefault(op, []).append(time.monotonic() - started)
+
+
+def _client(kubeconfig: str) -> CountingClient:
+    configuration = client.Configuration()
+    config.load_kube_config(kubeconfig, client_configuration=configuration)
+    return CountingClient(configuration)
+
+
+def prover(kubeconfig: str, node: str, index: int, seconds: float, partition_s: float,
+           gap_s: float, go: Any, done: Any, live: Any, out: Any) -> None:
+    """One GPU's provers, one partition pod after another, for ``seconds``."""
+    api, timings, gpu = _client(kubeconfig), Timings(), Gpu(f"GPU-busy-{index}")
+    go.wait()
+    end, partitions = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        partitions += 1
+        pod_uid = str(uuid.uuid4())
+        a = Assignment("bench", f"job-{index}", f"uid-job-{index}", "snap-update", partitions,
+                       1, f"pod-{index}-{partitions}", pod_uid)
+        live[pod_uid] = "Running"
+        timings.call("claim", lambda a=a: workers.claim(api, node, gpu, a))
+        for name, work in (("synthesizing", 0.4), ("synth_done", 0.0), ("gpu", 0.6)):
+            timings.call("stage", lambda a=a, name=name: workers.stage(api, node, a, name))
+            time.sleep(work * partition_s)  # the partition's work
+        timings.call("release", lambda a=a: workers.release(api, node, a, "succeeded"))
+        live[pod_uid] = "Succeeded"
+        done.put((a.pod_name, pod_uid))
+        time.sleep(gap_s)  # the next pod's start on this GPU
+    out.put(("prover", timings.latency, timings.gave_up, api.puts, api.conflicts, partitions))
+
+
+def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, live: Any,
+             stop: Any, out: Any) -> None:
+    """The operator's writes to the node: a finalizer release per finished pod, the sweep."""
+    api, timings = _client(kubeconfig), Timings()
+    go.wait()
+    next_sweep = time.monotonic() + sweep_s
+    while not (stop.is_set() and done.empty()):
+        try:
+            name, uid = done.get(timeout=0.1)
+        except queue.Empty:
+            pass
+        else:
+            ref = PodRef(name, uid)
+            timings.call("finalizer", lambda ref=ref: workers.release(api, node, ref, "succeeded"))
+        if time.monotonic() >= next_sweep:
+            next_sweep += sweep_s
+            pods = dict(live)
+            timings.call("sweep", lambda pods=pods: workers.sweep(api, node, pods,
+                                                                  datetime.now(UTC)))
+    out.put(("operator", timings.latency, timings.gave_up, api.puts, api.conflicts, 0))
+
+
+def _ms(values: list[float], q: float) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]:.0f}"
+
+
+def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace) -> int:
+    """Run the busy-node mode; the exit status (1 if a write gave up)."""
+    node = "bench-busy-node"
+    objects = client.CustomObjectsApi(api)
+    objects.create_cluster_custom_object(*WHERE, {
+        "apiVersion": kapi.API_VERSION, "kind": kapi.WORKERSTATUS_KIND,
+        "metadata": {"name": node}, "spec": {"nodeName": node}})
+    spawn = multiprocessing.get_context("spawn")
+    go, stop, out, done = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Queue()
+    with spawn.Manager() as manager:
+        live = manager.dict()
+        processes = [spawn.Process(target=prover, args=(
+            kubeconfig, node, i, args.busy_node, args.partition, args.gap, go, done, live, out))
+            for i in range(args.provers)]
+        processes.append(spawn.Process(target=operator, args=(
+            kubeconfig, node, args.sweep, go, done, live, stop, out)))
+        for process in processes:
+            process.start()
+        started = time.monotonic()
+        go.set()
+        results = [out.get(timeout=args.busy_node + 120) for _ in range(args.provers)]
+        stop.set()
+        results.append(out.get(timeout=120))
+        seconds = time.monotonic() - started
+        for process in processes:
+            process.join()
+    latency: dict[str, list[float]] = {}
+    gave_up: Counter[str] = Counter()
+    puts = conflicts = partitions = 0
+    for _, lat, gave, p, c, n in results:
+        for op, values in lat.items():
+            latency.setdefault(op, []).extend(values)
+        gave_up.update(gave)
+        puts, conflicts, partitions = puts + p, conflicts + c, partitions + n
+    capacity, _, _ = run(api, kubeconfig, args.provers, args.updates, True)
+    written = puts - conflicts
+    print(f"busy node: {args.provers} provers x {args.partition:g} s partitions (gap "
+          f"{args.gap:g} s), finalizer release per pod, sweep every {args.sweep:g} s; "
+          f"{seconds:.0f} s, {partitions} partitions; heartbeats: none (every "
+          f"{workers.HEARTBEAT_INTERVAL_S:g} s, longer than a partition)")
+    print(f"{'operation':<10} {'n':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'gave up':>8}")
+    for op in ("claim", "stage", "release", "finalizer", "sweep"):
+        values = latency.get(op, [])
+        print(f"{op:<10} {len(values):>6} {_ms(values, 0.5):>7} {_ms(values, 0.99):>7} "
+              f"{_ms(values, 1.0):>7} {gave_up[op]:>8}")
+    print(f"PUTs {puts}, answered 409: {conflicts} ({conflicts / puts if puts else 0:.1%}); "
+          f"writes that gave up (WorkerWriteConflict): {sum(gave_up.values())}")
+    print(f"writes landed {written / seconds:.1f}/s against {capacity:.1f}/s guarded updates "
+          f"in a tight loop of {args.provers} writers (same run): "
+          f"{written / seconds / capacity:.2f} of capacity")
+    return 1 if sum(gave_up.values()) else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--updates", type=int, default=240, help="updates per round")
     parser.add_argument("--writers", default="1,2,4,8", help="concurrent writers per round")
+    parser.add_argument("--busy-node", type=float, default=None, metavar="SECONDS",
+                        help="run the busy-node mode for SECONDS instead of the rounds")
+    parser.add_argument("--provers", type=int, default=8, help="busy node: GPUs (default 8)")
+    parser.add_argument("--partition", type=float, default=1.0,
+                        help="busy node: seconds of work per partition (default 1)")
+    parser.add_argument("--gap", type=float, default=0.2,
+                        help="busy node: seconds between a pod's end and the next one's start")
+    parser.add_argument("--sweep", type=float, default=30.0,
+                        help="busy node: seconds between sweeps (default 30, the operator's)")
     args = parser.parse_args()
+    if args.busy_node is not None and (min(args.busy_node, args.partition, args.sweep) <= 0
+                                       or args.provers < 1 or args.gap < 0):
+        parser.error("busy node: --busy-node, --partition, --sweep and --provers must be "
+                     "positive, --gap not negative")
     # The test environment builds and starts the control plane; it lives beside the tests.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.testenv.controlplane import ControlPlane
@@ -146,6 +304,8 @@ def main() -> int:
             for c in ext.read_custom_resource_definition(crd).status.conditions or []
         ):
             time.sleep(0.1)  # polling the CRD's condition
+        if args.busy_node is not None:
+            return busy_node(api, str(plane.kubeconfig), args)
         print(f"{args.updates} updates per round, one object, writers in separate processes")
         print(
             f"{'writers':>7} {'guarded/s':>10} {'409/PUT':>8} {'lost':>5}"

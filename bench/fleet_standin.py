@@ -1,0 +1,263 @@
+"""A stand-in prover that serves many partition pods from one process (bench/fleet_scale.py).
+
+Why: at 64 nodes x 8 GPUs a benchmark runs hundreds of partition pods at once; a Python
+prover process per pod (interpreter, kubernetes client, TLS) would spend the two cores the
+benchmark has on start-up, not on what it measures. So each pod's command is a few lines of
+bash (``POD_SCRIPT``) that hands the pod's identity to this server over a loopback TCP socket
+and waits for the exit code, and this server plays the prover for it: through kuzk's own
+``ProverReporter`` (kuzk.workers: claim, stage writes, heartbeats, release, every write a
+resourceVersion-checked replace of the node's WorkerStatus) it claims the pod's GPU worker,
+reports synthesizing → synth_done → gpu, works 0.5-2 s (no real proof: a wait, its length a
+hash of job name and partition, so both systems of a benchmark get the same work), releases
+the worker and writes a result to the pod's termination message. A pod that is killed closes
+its socket: the server then releases the worker as failed and stops.
+
+    python bench/fleet_standin.py --kubeconfig K [--heartbeat 0.5] [--work 0.5 2.0]
+
+It prints ``PORT <n>`` when it listens; a connection that sends ``STATS`` gets its counters
+as JSON (pods served, writes by kind, PUTs and 409s, claim and release latencies, writes that
+gave up with WorkerWriteConflict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import socket
+import socketserver
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
+
+from kuzk import workers
+from kuzk.workers import Assignment, ProverReporter
+
+# The pod's side. No $(...) in it: the kubelet expands $(VAR) in a command.
+POD_SCRIPT = (
+    'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1\n'
+    'printf "%s\\n" "$NODE_NAME $POD_NAMESPACE $POD_NAME $POD_UID $KUZK_JOB $KUZK_JOB_UID'
+    ' $KUZK_PROOF_KIND $KUZK_PARTITION $KUZK_ATTEMPT ${NVIDIA_VISIBLE_DEVICES:-none}'
+    ' $TERMINATION_MESSAGE_PATH" >&3\n'
+    "read -r code <&3\n"
+    'exit "${code:-1}"\n'
+)
+FIELDS = 11
+SYNTH_SHARE = 0.4  # of a partition's work; the rest is the "gpu" stage
+
+
+def pod_command(port: int) -> list[str]:
+    """The partition pods' command for a server listening on ``port``."""
+    return ["bash", "-c", POD_SCRIPT, "kuzk-standin", str(port)]
+
+
+def work_seconds(job: str, partition: int, low: float, high: float) -> float:
+    """A partition's work, the same for a ProofJob and its Job twin (same name)."""
+    digest = hashlib.sha256(f"{job}:{partition}".encode()).digest()
+    return low + (high - low) * int.from_bytes(digest[:4], "big") / 2**32
+
+
+class Stats:
+    """Counters and latencies, shared by the server's threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.latency: dict[str, list[float]] = {"claim": [], "release": []}
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[key] += n
+
+    def timed(self, op: str, call: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        try:
+            return call()
+        finally:
+            with self.lock:
+                self.latency[op].append(time.monotonic() - started)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"counts": dict(self.counts),
+                    "latency": {k: list(v) for k, v in self.latency.items()}}
+
+
+class CountingClient(client.ApiClient):
+    """The real client, counting PUTs and the 409 Conflicts among them."""
+
+    stats: Stats
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        response = super().call_api(method, url, *args, **kwargs)  # raised later, on reading
+        if method == "PUT":
+            self.stats.add("put")
+            if response.status == 409:
+                self.stats.add("put_409")
+        return response
+
+
+class Reporter(ProverReporter):
+    """kuzk's ProverReporter, counting its stage and heartbeat writes and timing claim and
+    release (what a write gave up on, WorkerWriteConflict, is counted too)."""
+
+    stats: Stats
+
+    def _write(self, what: str, write: Callable[[], bool]) -> None:
+        def counted() -> bool:
+            self.stats.add(what)
+            try:
+                return write()
+            except workers.WorkerWriteConflict:
+                self.stats.add(f"{what}_gave_up")
+                raise
+
+        super()._write(what, counted)
+
+    def claim(self, device: workers.Gpu | None = None, *, wait_s: float = 30.0) -> str:
+        self.stats.add("claim")
+        try:
+            return str(self.stats.timed("claim", lambda: super(Reporter, self).claim(
+                device, wait_s=wait_s)))
+        except workers.WorkerWriteConflict:
+            self.stats.add("claim_gave_up")
+            raise
+
+
+class ReleaseGaveUp(logging.Handler):
+    """ProverReporter.release logs, never raises, a write that failed: count those that gave
+    up on conflicts (WorkerWriteConflict)."""
+
+    def __init__(self, stats: Stats) -> None:
+        super().__init__(logging.WARNING)
+        self.stats = stats
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("release of") and "still conflicting" in message:
+            self.stats.add("release_gave_up")
+
+
+class Handler(socketserver.StreamRequestHandler):
+    server: Server
+
+    def handle(self) -> None:
+        line = self.rfile.readline().decode().strip()
+        if line == "STATS":
+            self.wfile.write(json.dumps(self.server.stats.snapshot()).encode())
+            return
+        fields = line.split(" ")
+        if len(fields) != FIELDS:
+            self.server.stats.add("bad_request")
+            self.wfile.write(b"2\n")
+            return
+        code = self.server.prove(fields, self.connection)
+        try:
+            self.wfile.write(f"{code}\n".encode())
+        except OSError:
+            self.server.stats.add("pod_gone_before_answer")
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def __init__(self, api: CountingClient, heartbeat: float, work: tuple[float, float]) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.api, self.heartbeat, self.work = api, heartbeat, work
+        self.stats = api.stats
+
+    def prove(self, fields: list[str], conn: socket.socket) -> int:
+        (node, namespace, pod, pod_uid, job, job_uid, kind, partition, attempt, gpus,
+         message_path) = fields
+        self.stats.add("pods")
+        assignment = Assignment(namespace, job, job_uid, kind, int(partition), int(attempt),
+                                pod, pod_uid)
+        reporter = Reporter(self.api, node, assignment,
+                            visible_devices="" if gpus == "none" else gpus,
+                            heartbeat_interval=self.heartbeat)
+        reporter.stats = self.stats
+        try:
+            reporter.claim()
+        except (workers.WorkerStatusMissing, workers.WorkerWriteConflict, ApiException,
+                HTTPError, OSError) as e:
+            self.stats.add(f"claim_failed_{type(e).__name__}")
+        seconds = work_seconds(job, int(partition), *self.work)
+        outcome: workers.Outcome = "failed"
+        try:
+            reporter.on_stage("synthesizing")
+            if not _alive_for(conn, seconds * SYNTH_SHARE):
+                self.stats.add("killed")
+                return 143
+            reporter.on_stage("synth_done")
+            reporter.on_stage("gpu")
+            if not _alive_for(conn, seconds * (1 - SYNTH_SHARE)):
+                self.stats.add("killed")
+                return 143
+            outcome = "succeeded"
+        finally:
+            self.stats.timed("release", lambda: reporter.release(outcome))
+            self.stats.add("release")
+        digest = hashlib.sha256(f"{job_uid}:{partition}".encode()).hexdigest()
+        result = {"commitment": digest, "synth_ms": round(seconds * SYNTH_SHARE * 1000),
+                  "gpu_ms": round(seconds * (1 - SYNTH_SHARE) * 1000), "backend": "standin"}
+        Path(message_path).write_text(json.dumps(result))
+        return 0
+
+
+def _alive_for(conn: socket.socket, seconds: float) -> bool:
+    """Wait ``seconds``; False as soon as the pod's end of the socket closes (it was killed)."""
+    conn.settimeout(seconds)
+    try:
+        return conn.recv(1) != b""  # the pod sends nothing more: data or EOF ends the wait
+    except TimeoutError:
+        return True
+    finally:
+        conn.settimeout(None)
+
+
+def stats_of(port: int) -> dict[str, Any]:
+    """The counters of the server listening on ``port``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"STATS\n")
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return dict(json.loads(b"".join(chunks)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", required=True, help="the provers' credentials")
+    parser.add_argument("--heartbeat", type=float, default=0.5,
+                        help="seconds between heartbeats (default 0.5)")
+    parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0),
+                        metavar=("MIN", "MAX"), help="seconds a partition works (0.5 2.0)")
+    args = parser.parse_args(argv)
+    if not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0:
+        parser.error("--work needs 0 < MIN <= MAX and --heartbeat must be positive")
+    configuration = client.Configuration()
+    config.load_kube_config(args.kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = 64
+    api = CountingClient(configuration)
+    api.stats = Stats()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("kuzk.workers").addHandler(ReleaseGaveUp(api.stats))
+    with Server(api, args.heartbeat, tuple(args.work)) as server:
+        print(f"PORT {server.server_address[1]}", flush=True)
+        server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The benchmarks under bench/, run small to keep them working (not timed)."""
