@@ -1,4 +1,5 @@
-"""The ``kuzk`` command: ``kuzk operator`` runs the Kopf operator, ``kuzk crds`` prints the CRDs.
+"""The ``kuzk`` command: ``kuzk operator`` runs the Kopf operator, ``kuzk crds`` prints the CRDs,
+``kuzk status-server`` serves the status endpoint and dashboard (``kuzk.status``).
 
 Bad flags end with a one-line error and exit code 2 (argparse), a missing cluster or missing
 CRDs with a one-line error and exit code 1; never a traceback.
@@ -9,17 +10,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
+import re
+import secrets
+import socket
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import kopf
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, crds
 from kuzk.actions import ReleaseWorker
 from kuzk.controller import Controller, load_config
+from kuzk.peering import Peering
 from kuzk.pods import PodSettings
 
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -36,8 +43,15 @@ def _command(text: str) -> list[str]:
     return list(value)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags end with one line (``kuzk status-server: error: ...``) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kuzk", description="kuzk: partitioned GPU proofs")
+    parser = _Parser(prog="kuzk", description="kuzk: partitioned GPU proofs")
     sub = parser.add_subparsers(dest="command", required=True)
 
     op = sub.add_parser("operator", help="run the ProofJob operator (Kopf)")
@@ -113,7 +127,59 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("crds", help="print the CustomResourceDefinitions as YAML")
+
+    st = sub.add_parser(
+        "status-server", help="serve /status, /metrics and the dashboard from watches"
+    )
+    st.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    st.add_argument("--port", type=_port, default=9821, help="listen port (default 9821)")
+    st.add_argument(
+        "-n", "--namespace", action="append", default=[], type=_namespace,
+        help="show ProofJobs of this namespace (repeatable); default: all namespaces",
+    )
+    st.add_argument(
+        "--keep-finished", type=_duration, default="10m",
+        help="how long finished jobs stay in pipelines, e.g. 90s, 10m, 1h (default 10m)",
+    )
+    st.add_argument(
+        "--kubeconfig", type=_kubeconfig, default=None,
+        help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)",
+    )
+    st.add_argument("--log-format", choices=["plain", "json"], default="plain")
     return parser
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        msg = f"expected a port number 1..65535, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
+
+
+def _namespace(text: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+        msg = f"expected a namespace name (a DNS label), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def _duration(text: str) -> float:
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        msg = f"expected a duration such as 90s, 10m, 1h or 1h30m, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    hours, minutes, seconds = (float(part or 0) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _kubeconfig(text: str) -> str:
+    if not os.path.isfile(text):
+        msg = f"no such kubeconfig file: {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return text
 
 
 def _ensure_peering(name: str, namespaces: Sequence[str]) -> None:
@@ -153,36 +219,44 @@ def run_operator(args: argparse.Namespace) -> int:
     fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=args.verbose, log_format=fmt, log_prefix=True)
     logging.getLogger("kuzk").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    namespaces = list(args.namespace)
+    peering: Peering | None = None
+    if not args.standalone:
+        # An explicit peering name makes peering mandatory: replicas wait for the peering
+        # CRD rather than silently acting alone. kuzk's clock follows the same peering, so
+        # it needs the identity Kopf uses.
+        priority = args.priority if args.priority is not None else random.randint(1, 2**30)
+        identity = os.environ.get("POD_ID") or (
+            f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
+        )
+        peering = Peering(args.peering, identity, priority, tuple(namespaces))
     try:
-        handlers.configure(
+        memo = handlers.configure(
             PodSettings(
                 image=args.prover_image,
                 command=tuple(args.prover_command),
                 gpu_resource=args.gpu_resource,
                 service_account_name=args.prover_service_account,
             ),
-            args.namespace,
+            peering,
         )
     except config.ConfigException as e:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
         return 1
-    namespaces = list(args.namespace)
-    if not args.standalone:
+    if peering is not None:
         _ensure_peering(args.peering, namespaces)
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime
-    peering: dict[str, object] = {"standalone": True}
-    if not args.standalone:
-        # An explicit peering name makes peering mandatory: replicas wait for the peering
-        # CRD rather than silently acting alone.
-        priority = args.priority if args.priority is not None else random.randint(1, 2**30)
-        peering = {"standalone": False, "peering_name": args.peering, "priority": priority}
     kopf.run(
         settings=settings,
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness_endpoint,
-        **peering,  # type: ignore[arg-type]
+        memo=memo,
+        standalone=peering is None,
+        peering_name=peering.name if peering else None,
+        priority=peering.priority if peering else None,
+        identity=peering.identity if peering else None,  # type: ignore[arg-type]
     )
     return 0
 
@@ -197,19 +271,46 @@ def release_finalizers(args: argparse.Namespace) -> int:
     ctl = Controller(api_client, PodSettings(image=""), lambda job, event: None)
     selector = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
     core = client.CoreV1Api(api_client)
-    pods = (
-        [p for ns in args.namespace
-         for p in core.list_namespaced_pod(ns, label_selector=selector).items]
+    listings = (
+        [core.list_namespaced_pod(ns, label_selector=selector) for ns in args.namespace]
         if args.namespace
-        else core.list_pod_for_all_namespaces(label_selector=selector).items
+        else [core.list_pod_for_all_namespaces(label_selector=selector)]
     )
     done = 0
-    for pod in pods:
-        if api.FINALIZER in (pod.metadata.finalizers or []):
-            action = ReleaseWorker(pod.metadata.name, pod.metadata.uid, pod.spec.node_name)
-            ctl.release(pod.metadata.namespace, action)
-            done += 1
+    for listing in listings:
+        for item in listing.items:
+            pod: dict[str, Any] = api_client.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            if api.FINALIZER in (meta.get("finalizers") or []):
+                action = ReleaseWorker(meta["name"], meta["uid"], spec.get("nodeName"))
+                ctl.release(meta["namespace"], action, pod)
+                done += 1
     print(f"released {done} partition pod(s)")
+    return 0
+
+
+def run_status_server(args: argparse.Namespace) -> int:
+    from kuzk.status import app
+
+    app.configure_logging(args.log_format)
+    configuration = client.Configuration()
+    try:
+        if args.kubeconfig or os.environ.get("KUBECONFIG"):
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=args.kubeconfig, client_configuration=configuration)
+        else:
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration)
+    except (config.ConfigException, OSError) as e:
+        print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
+        return 1
+    source = app.Source(configuration, tuple(args.namespace))
+    try:
+        app.serve(source, host=args.host, port=args.port, keep_finished=args.keep_finished)
+    except OSError as e:
+        print(f"error: cannot serve on {args.host}:{args.port}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -220,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "release-finalizers":
         return release_finalizers(args)
+    if args.command == "status-server":
+        return run_status_server(args)
     return run_operator(args)
 
 

@@ -1,0 +1,191 @@
+"""The HTTP surface: ``/status``, ``/metrics``, the dashboard, ``/healthz`` and ``/readyz``.
+
+``make_app`` builds the aiohttp application around a view; given a Kubernetes configuration it
+also starts the watches that keep the view current (through ``cleanup_ctx``). No request calls
+the API server: each reads the view, and ``/status`` answers from the document cached for the
+current revision (304 when the client already has it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from kubernetes import client
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kuzk import api
+from kuzk.status import metrics
+from kuzk.status.aggregate import Filters
+from kuzk.status.view import StatusView
+from kuzk.status.watches import KubeClient, Watches
+
+STATIC = Path(__file__).parent / "static"
+QUERY_LIMIT = 8 * 1024
+# aiohttp refuses request lines over 8190 bytes with a bare 400; allow longer ones so a long
+# query string gets the 414 that names the problem.
+LINE_LIMIT = 128 * 1024
+ALLOWED_METHODS = ("GET", "HEAD")
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the view's objects come from: the API server and the namespaces to watch."""
+
+    configuration: client.Configuration
+    namespaces: Sequence[str] = field(default_factory=tuple)
+
+
+VIEW = web.AppKey("view", StatusView)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+SOURCE = web.AppKey("source", Source)
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, "status": status, **extra}, status=status)
+
+
+@web.middleware
+async def guard(request: web.Request,
+                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                ) -> web.StreamResponse:
+    """Method, query length and unknown paths, answered as JSON before any handler runs."""
+    if request.method not in ALLOWED_METHODS:
+        response = _error(405, f"method {request.method} is not allowed; use GET or HEAD")
+        response.headers["Allow"] = ", ".join(ALLOWED_METHODS)
+        return response
+    if len(request.query_string.encode()) > QUERY_LIMIT:
+        return _error(414, f"the query string is over {QUERY_LIMIT} bytes")
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _error(404, f"no such path: {request.path}",
+                      paths=["/", "/status", "/metrics", "/healthz", "/readyz"])
+
+
+class BadParameter(ValueError):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+def filters(request: web.Request) -> Filters:
+    """``?namespace=`` and ``?kind=``, checked; anything else is refused by name."""
+    values: dict[str, str] = {}
+    for name, value in request.query.items():
+        if name not in ("namespace", "kind"):
+            raise BadParameter(name, f"unknown parameter {name!r}; use namespace or kind")
+        if name in values:
+            raise BadParameter(name, f"parameter {name!r} given more than once")
+        values[name] = value
+    namespace, kind = values.get("namespace"), values.get("kind")
+    if namespace is not None and not NAMESPACE.match(namespace):
+        raise BadParameter("namespace", f"namespace must be a DNS label, got {namespace!r}")
+    if kind is not None and kind not in api.PROOF_KINDS:
+        raise BadParameter("kind", f"kind must be one of {sorted(api.PROOF_KINDS)}, got {kind!r}")
+    return Filters(namespace=namespace, kind=kind)
+
+
+def _matches(header: str, etag: str) -> bool:
+    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return "*" in tags or etag in tags
+
+
+async def status(request: web.Request) -> web.StreamResponse:
+    try:
+        chosen = filters(request)
+    except BadParameter as bad:
+        return _error(400, str(bad), parameter=bad.name)
+    view = request.app[VIEW]
+    gzip = "gzip" in request.headers.get("Accept-Encoding", "")
+    rendered = view.gzipped(chosen) if gzip else view.document(chosen)
+    headers = {"ETag": rendered.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    if _matches(request.headers.get("If-None-Match", ""), rendered.etag):
+        return web.Response(status=304, headers=headers)
+    if gzip and rendered.gzipped is not None:
+        headers["Content-Encoding"] = "gzip"
+        body = rendered.gzipped
+    else:
+        body = rendered.body
+    return web.Response(body=body, content_type="application/json", headers=headers)
+
+
+async def prometheus(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    view = request.app[VIEW]
+    waiting = sorted(name for name, w in view.watches.items() if not w.listed)
+    if view.ready:
+        return web.json_response({"ready": True})
+    return web.json_response({"ready": False, "waiting_for": waiting}, status=503)
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _watching(app: web.Application) -> AsyncIterator[None]:
+    source = app[SOURCE]
+    kube = KubeClient(source.configuration)
+    watches = Watches.start(kube, app[VIEW], list(source.namespaces))
+    try:
+        yield
+    finally:
+        await watches.stop()
+        await kube.close()
+
+
+def make_app(view: StatusView, source: Source | None = None) -> web.Application:
+    """The status application over ``view``; with a ``source`` its watches feed the view."""
+    app = web.Application(middlewares=[guard], handler_args={"max_line_size": LINE_LIMIT})
+    app[VIEW] = view
+    app[REGISTRY] = metrics.registry(view)
+    app.router.add_get("/", index)
+    app.router.add_get("/status", status)
+    app.router.add_get("/metrics", prometheus)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_static("/static/", STATIC)
+    if source is not None:
+        app[SOURCE] = source
+        app.cleanup_ctx.append(_watching)
+    return app
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname,
+                 "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(log_format: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
+def serve(source: Source, *, host: str, port: int, keep_finished: float) -> None:
+    """Run the status server until SIGINT or SIGTERM."""
+    view = StatusView(keep_finished=keep_finished)
+    logging.getLogger("kuzk.status").info("serving on %s:%d", host, port)
+    web.run_app(make_app(view, source), host=host, port=port, access_log=None, print=None,
+                keepalive_timeout=15)

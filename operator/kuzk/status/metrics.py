@@ -1,0 +1,124 @@
+"""``/metrics``: a prometheus-client collector that reads the view at scrape time.
+
+No hand-written exposition format and no second set of numbers: every family is computed
+from the same objects and history ``/status`` renders. Labels ``node`` and ``gpu_uuid`` carry
+the values dcgm-exporter uses (the node name and the ``GPU-…`` UUID), so kuzk's series join
+with GPU telemetry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from kuzk.conditions import PHASES
+from kuzk.observe import STATES
+from kuzk.status.history import DURATION_BUCKETS
+from kuzk.status.view import StatusView
+
+
+class ViewCollector(Collector):
+    def __init__(self, view: StatusView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        view, history = self.view, self.view.history
+        now = view.clock()
+        jobs = list(view.jobs.values())
+        kinds = sorted({j.proof_kind for j in jobs})
+
+        proofjobs = GaugeMetricFamily("kuzk_proofjobs", "ProofJobs by phase and proof kind.",
+                                      labels=["phase", "proof_kind"])
+        by_phase = Counter((j.phase, j.proof_kind) for j in jobs)
+        for kind in kinds:
+            for phase in PHASES:
+                proofjobs.add_metric([phase, kind], by_phase[(phase, kind)])
+        yield proofjobs
+
+        partitions = GaugeMetricFamily("kuzk_partitions", "Partitions by state and proof kind.",
+                                       labels=["state", "proof_kind"])
+        by_state = Counter((p.state, j.proof_kind) for j in jobs for p in j.partitions)
+        for kind in kinds:
+            for state in STATES:
+                partitions.add_metric([state, kind], by_state[(state, kind)])
+        yield partitions
+
+        workers = GaugeMetricFamily("kuzk_gpu_workers", "GPU workers by node and state.",
+                                    labels=["node", "state"])
+        busy = CounterMetricFamily("kuzk_gpu_busy_seconds",
+                                   "Seconds each GPU worker was proving, as the watch saw it.",
+                                   labels=["node", "worker", "gpu_uuid"])
+        for wn in sorted(view.worker_nodes.values(), key=lambda n: n.node):
+            states = Counter(w.state for w in wn.workers)
+            for state in ("idle", "proving"):
+                workers.add_metric([wn.node, state], states[state])
+            for w in wn.workers:
+                track = history.workers.get((wn.node, w.id))
+                busy.add_metric([wn.node, w.id, w.gpu_uuid or ""],
+                                track.busy_total(now) if track else 0.0)
+        yield workers
+        yield busy
+
+        durations = HistogramMetricFamily(
+            "kuzk_partition_duration_seconds",
+            "Synthesis and GPU time of finished partitions, from their synthMs and gpuMs.",
+            labels=["proof_kind", "stage"])
+        for (kind, stage), hist in sorted(history.durations.items()):
+            bounds = ["+Inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
+            durations.add_metric([kind, stage], list(zip(bounds, hist.buckets, strict=True)),
+                                 hist.total)
+        yield durations
+
+        completed = CounterMetricFamily("kuzk_partitions_completed",
+                                        "Partitions seen done while the server ran.",
+                                        labels=["proof_kind"])
+        failed = CounterMetricFamily("kuzk_partitions_failed",
+                                     "Partitions seen failed while the server ran.",
+                                     labels=["proof_kind"])
+        done_by_kind: Counter[str] = Counter()
+        failed_by_kind: Counter[str] = Counter()
+        for (_, kind), n in history.completed.items():
+            done_by_kind[kind] += n
+        for (_, kind), n in history.failed.items():
+            failed_by_kind[kind] += n
+        for kind in sorted(set(done_by_kind) | set(failed_by_kind)):
+            completed.add_metric([kind], done_by_kind[kind])
+            failed.add_metric([kind], failed_by_kind[kind])
+        yield completed
+        yield failed
+
+        yield CounterMetricFamily(
+            "kuzk_stale_worker_writes_rejected",
+            "Worker writes refused because the worker no longer held their assignment,"
+            " summed over the WorkerStatuses' staleWritesRejected.",
+            value=history.stale_total)
+        yield GaugeMetricFamily("kuzk_status_view_age_seconds",
+                                "How far behind the API server the view may be.",
+                                value=view.age(now))
+        yield GaugeMetricFamily("kuzk_status_view_synced",
+                                "1 when every watch has listed and is connected.",
+                                value=float(view.sync(now).synced))
+        restarts = CounterMetricFamily("kuzk_watch_restarts",
+                                       "Watches resumed or relisted after an error.",
+                                       labels=["resource"])
+        for resource, n in view.restarts().items():
+            restarts.add_metric([resource], n)
+        yield restarts
+
+
+def registry(view: StatusView) -> CollectorRegistry:
+    """A registry of its own: the view's families plus the process's (resident memory, CPU)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(ViewCollector(view))
+    ProcessCollector(registry=reg)
+    PlatformCollector(registry=reg)
+    return reg

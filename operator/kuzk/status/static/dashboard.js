@@ -1,0 +1,175 @@
+// The kuzk dashboard: polls /status every 1.5 s with If-None-Match and renders the fleet.
+// On a failed poll it keeps the last good render and says since when it is stale.
+"use strict";
+
+const POLL_MS = 1500;
+const TIMEOUT_MS = 5000;
+const STATES = ["pending", "scheduled", "synthesizing", "synth_done", "gpu", "done", "failed"];
+
+let etag = null;
+let doc = null;
+let docAt = 0;          // performance.now() when the current document arrived
+let lastGood = null;    // Date of the last successful poll
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function secs(value) {
+  if (value === null || value === undefined) return "–";
+  if (value < 60) return `${value.toFixed(1)} s`;
+  if (value < 3600) return `${Math.floor(value / 60)} m ${Math.round(value % 60)} s`;
+  return `${Math.floor(value / 3600)} h ${Math.round((value % 3600) / 60)} m`;
+}
+
+function pct(value) {
+  return value === null || value === undefined ? "–" : `${Math.round(value * 100)} %`;
+}
+
+function clock(date) {
+  return date.toTimeString().slice(0, 8);
+}
+
+function stat(label, value, extra) {
+  return el("div", {class: `stat ${extra || ""}`},
+    el("div", {class: "label", text: label}), el("div", {class: "value", text: value}));
+}
+
+function renderFleet(d) {
+  const f = d.fleet, c = d.counters;
+  const kinds = Object.keys(c.completed_by_kind)
+    .filter(k => c.completed_by_kind[k] || c.failed_by_kind[k])
+    .map(k => `${k} ${c.completed_by_kind[k]} done / ${c.failed_by_kind[k]} failed`);
+  document.getElementById("fleet").replaceChildren(
+    stat("GPUs proving", `${f.gpus_proving} / ${f.gpus}`),
+    stat("fleet busy (10 min)", pct(f.busy_fraction_10m)),
+    stat("queue depth", String(c.queue_depth)),
+    stat("partitions done", String(c.total_completed)),
+    stat("partitions failed", String(c.total_failed)),
+    stat("stale writes rejected", String(c.stale_writes_rejected)),
+    stat("by kind", kinds.length ? kinds.join(" · ") : "none yet", "kinds"),
+  );
+}
+
+function shortJob(jobId) {
+  return jobId ? jobId.slice(jobId.indexOf("/") + 1) : "";
+}
+
+function renderWorkers(d, drift) {
+  const cards = d.gpu_workers.map(w => {
+    const proving = w.state === "proving";
+    const doing = proving
+      ? `${shortJob(w.current_job)} P${w.current_partition} · ${w.stage || "claimed"} ${
+          secs(w.stage_secs === null ? null : w.stage_secs + drift)}`
+      : "";
+    const strip = el("div", {class: "strip", title: `busy ${pct(w.busy_fraction_10m)} of the last 10 min`});
+    for (const share of w.busy_strip_10m) {
+      const cell = el("span", share === null ? {class: "unknown"} : {});
+      if (share !== null) cell.style.background =
+        `color-mix(in srgb, var(--proving) ${Math.round(share * 100)}%, var(--idle))`;
+      strip.append(cell);
+    }
+    return el("article", {class: `card ${w.state}`, "data-worker": `${w.node}/${w.worker_id}`},
+      el("div", {class: "title"}, `${w.node} · ${w.worker_id} · `,
+        el("span", {class: "state", text: w.state})),
+      el("div", {class: "doing", text: doing, title: proving ? w.current_job : null}),
+      el("div", {class: "meta",
+        text: `${w.gpu_uuid || "no GPU UUID"}${w.gpu_name ? " · " + w.gpu_name : ""} · ` +
+              `${w.completed} done · busy ${pct(w.busy_fraction_10m)}`}),
+      strip);
+  });
+  const box = document.getElementById("workers");
+  box.replaceChildren(...(cards.length ? cards : [el("p", {class: "empty", text: "no GPU workers yet"})]));
+}
+
+function partitionTitle(p) {
+  const parts = [`P${p.index} · ${p.state} · attempt ${p.attempt}`];
+  if (p.node) parts.push(`node ${p.node}${p.worker ? " " + p.worker : ""}`);
+  if (p.synth_ms !== null) parts.push(`synth ${p.synth_ms} ms`);
+  if (p.gpu_ms !== null) parts.push(`gpu ${p.gpu_ms} ms`);
+  if (p.stage_secs !== null) parts.push(`${p.state} for ${secs(p.stage_secs)}`);
+  if (p.reason) parts.push(`${p.reason}${p.message ? ": " + p.message : ""}`);
+  return parts.join(" · ");
+}
+
+function renderJobs(d, drift) {
+  const jobs = d.pipelines.map(j => {
+    const grid = el("div", {class: "grid"});
+    const reasons = el("ul", {class: "reasons"});
+    for (const p of j.partitions) {
+      grid.append(el("span", {class: `cell s-${p.state}`, "data-state": p.state,
+                              title: partitionTitle(p), text: String(p.index)}));
+      if (p.state === "failed" || (p.reason && p.state === "pending")) {
+        reasons.append(el("li", {text: `P${p.index}: ${p.reason || "failed"}${p.message ? " — " + p.message : ""}`}));
+      }
+    }
+    const started = j.started_secs_ago === null ? "not started" : `started ${secs(j.started_secs_ago + drift)} ago`;
+    return el("article", {class: "job", "data-job": j.job_id},
+      el("div", {class: "head"},
+        el("span", {class: "id", title: j.job_id, text: j.job_id}),
+        el("span", {class: `phase ${j.phase}`, text: j.phase}),
+        el("span", {class: "facts",
+          text: `${j.proof_kind} · ${j.partitions_done}/${j.total_partitions} done` +
+                `${j.partitions_failed ? ` · ${j.partitions_failed} failed` : ""} · ${started}`})),
+      grid, reasons.childElementCount ? reasons : null);
+  });
+  document.getElementById("jobs").replaceChildren(
+    ...(jobs.length ? jobs : [el("p", {class: "empty", text: "no jobs"})]));
+}
+
+function render() {
+  if (!doc) return;
+  const drift = (performance.now() - docAt) / 1000;
+  renderFleet(doc);
+  renderWorkers(doc, drift);
+  renderJobs(doc, drift);
+}
+
+function freshness(ok) {
+  const badge = document.getElementById("freshness");
+  if (ok) {
+    badge.className = "freshness live";
+    badge.dataset.state = "live";
+    badge.textContent = doc.view.synced ? `live · ${clock(lastGood)}` : "live · view syncing";
+  } else if (lastGood) {
+    badge.className = "freshness stale";
+    badge.dataset.state = "stale";
+    badge.textContent = `stale since ${clock(lastGood)}`;
+  }
+}
+
+async function poll() {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), TIMEOUT_MS);
+  try {
+    const headers = etag ? {"If-None-Match": etag} : {};
+    const response = await fetch("/status", {headers, cache: "no-store", signal: abort.signal});
+    if (response.status === 200) {
+      doc = await response.json();
+      etag = response.headers.get("ETag");
+      docAt = performance.now();
+    } else if (response.status !== 304) {
+      throw new Error(`status ${response.status}`);
+    }
+    lastGood = new Date();
+    render();
+    freshness(true);
+  } catch (error) {
+    freshness(false);
+  } finally {
+    clearTimeout(timer);
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+document.getElementById("legend").replaceChildren(
+  ...STATES.map(s => el("span", {class: `cell s-${s}`, text: s})));
+poll();

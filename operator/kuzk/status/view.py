@@ -1,0 +1,218 @@
+"""The in-memory view: the current objects, what the watches have seen, and the cached document.
+
+The watches call ``listed`` after each full list and ``event`` for each watch event; requests
+only call ``document``. Every change that shows on the screen bumps ``revision``; the rendered
+body (and its gzip) is cached per revision and filter, so any number of pollers cost one
+serialization per change, and the ETag is the revision, so ``If-None-Match`` costs nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kuzk.status import objects
+from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
+from kuzk.status.history import History
+from kuzk.status.objects import Job, Node, Pod, WorkerNode
+
+PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
+RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES)
+CACHE_ENTRIES = 64
+
+
+@dataclass
+class WatchState:
+    """One list+watch loop: whether its first list is in, whether it is connected now."""
+
+    resource: str
+    listed: bool = False
+    connected: bool = False
+    lost_at: float | None = None
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class Rendered:
+    etag: str
+    body: bytes
+    gzipped: bytes | None = None
+
+
+@dataclass
+class StatusView:
+    keep_finished: float
+    clock: Callable[[], float] = time.time
+    started: float = field(default=0.0)
+    revision: int = 0
+
+    def __post_init__(self) -> None:
+        self.started = self.started or self.clock()
+        self.history = History(self.started)
+        self.jobs: dict[str, Job] = {}
+        self.worker_nodes: dict[str, WorkerNode] = {}
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}
+        self.pods_by_key: dict[PodKey, Pod] = {}
+        self.watches: dict[str, WatchState] = {}
+        self.instance = secrets.token_hex(4)
+        self._cache: dict[Filters, Rendered] = {}
+
+    # --- what the watches call -----------------------------------------------------------
+    def add_watch(self, name: str, resource: str) -> WatchState:
+        if resource not in RESOURCES:
+            msg = f"unknown resource {resource!r}; expected one of {RESOURCES}"
+            raise ValueError(msg)
+        state = self.watches[name] = WatchState(resource)
+        return state
+
+    def listed(self, name: str, items: Iterable[Mapping[str, Any]],
+               namespace: str | None = None) -> None:
+        """A full list arrived: it replaces every object of the watch's scope."""
+        state = self.watches[name]
+        now = self.clock()
+        fresh = {objects.key(item): item for item in items}
+        for stale in [k for k in self._store(state.resource)
+                      if k not in fresh and (namespace is None or k.startswith(namespace + "/"))]:
+            self._delete(state.resource, stale)
+        for k, item in fresh.items():
+            self._put(state.resource, k, item, now)
+        state.listed = state.connected = True
+        state.lost_at = None
+        self._bump()
+
+    def event(self, name: str, kind: str, item: Mapping[str, Any]) -> None:
+        """A watch event: ADDED, MODIFIED or DELETED."""
+        resource = self.watches[name].resource
+        k = objects.key(item)
+        if kind == "DELETED":
+            self._delete(resource, k)
+        else:
+            self._put(resource, k, item, self.clock())
+
+    def connected(self, name: str) -> None:
+        state = self.watches[name]
+        if not state.connected:
+            state.connected, state.lost_at = True, None
+            self._bump()
+
+    def lost(self, name: str) -> None:
+        """The watch failed; it will resume (or relist). Counted as one restart."""
+        state = self.watches[name]
+        state.restarts += 1
+        if state.connected or state.lost_at is None:
+            state.lost_at = self.clock()
+        state.connected = False
+        self._bump()
+
+    def touch(self) -> None:
+        """Something time-dependent matters (a watch is down): render afresh."""
+        self._bump()
+
+    # --- what requests call --------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return bool(self.watches) and all(w.listed for w in self.watches.values())
+
+    def restarts(self) -> dict[str, int]:
+        out = dict.fromkeys(RESOURCES, 0)
+        for state in self.watches.values():
+            out[state.resource] += state.restarts
+        return out
+
+    def age(self, now: float) -> float:
+        """How far behind the API server the view may be: 0 while every watch is connected."""
+        if not self.ready:
+            return now - self.started
+        lost = [w.lost_at for w in self.watches.values() if w.lost_at is not None]
+        return now - min(lost) if lost else 0.0
+
+    def sync(self, now: float) -> Sync:
+        synced = self.ready and all(w.connected for w in self.watches.values())
+        return Sync(synced, self.age(now), sum(self.restarts().values()))
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.jobs.values(), self.worker_nodes.values(), self.nodes.values(),
+                        self.pods_by_key, self.history)
+
+    def document(self, filters: Filters) -> Rendered:
+        cached = self._cache.get(filters)
+        if cached is not None:
+            return cached
+        now = self.clock()
+        doc = render(self.snapshot(), now=now, sync=self.sync(now),
+                     keep_finished=self.keep_finished, filters=filters)
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        tag = f'"{self.instance}.{self.revision}.{filters.namespace or ""}.{filters.kind or ""}"'
+        rendered = Rendered(tag, body)
+        if len(self._cache) >= CACHE_ENTRIES:
+            self._cache.clear()
+        self._cache[filters] = rendered
+        return rendered
+
+    def gzipped(self, filters: Filters) -> Rendered:
+        """The document compressed once per revision, for clients that accept gzip."""
+        rendered = self.document(filters)
+        if rendered.gzipped is None:
+            rendered = Rendered(rendered.etag, rendered.body, gzip.compress(rendered.body, 5))
+            self._cache[filters] = rendered
+        return rendered
+
+    # --- the stores ----------------------------------------------------------------------
+    def _store(self, resource: str) -> dict[str, Any]:
+        stores: dict[str, dict[str, Any]] = {PROOFJOBS: self.jobs, WORKERSTATUSES:
+                                             self.worker_nodes, NODES: self.nodes,
+                                             PODS: self.pods}
+        return stores[resource]
+
+    def _bump(self) -> None:
+        self.revision += 1
+        self._cache.clear()
+
+    def _put(self, resource: str, k: str, item: Mapping[str, Any], now: float) -> None:
+        store = self._store(resource)
+        if resource == PROOFJOBS:
+            value: Any = objects.job(item)
+        elif resource == WORKERSTATUSES:
+            value = objects.worker_node(item)
+        elif resource == NODES:
+            value = objects.node(item)
+        else:
+            value = objects.pod(item)
+            if value is None:
+                self._delete(resource, k)
+                return
+        if store.get(k) == value:
+            return
+        old = store.get(k)
+        store[k] = value
+        if isinstance(value, Job):
+            self.history.saw_job(value, now)
+        elif isinstance(value, WorkerNode):
+            self.history.saw_workers(value, now)
+        elif isinstance(value, Pod):
+            if isinstance(old, Pod):
+                self.pods_by_key.pop(self._pod_key(old), None)
+            self.pods_by_key[self._pod_key(value)] = value
+        self._bump()
+
+    def _delete(self, resource: str, k: str) -> None:
+        old = self._store(resource).pop(k, None)
+        if old is None:
+            return
+        if isinstance(old, Job):
+            self.history.forgot_job(old)
+        elif isinstance(old, WorkerNode):
+            self.history.forgot_workers(old)
+        elif isinstance(old, Pod):
+            self.pods_by_key.pop(self._pod_key(old), None)
+        self._bump()
+
+    @staticmethod
+    def _pod_key(p: Pod) -> PodKey:
+        return pod_key(p.namespace, p.job_label, p.partition, p.attempt)

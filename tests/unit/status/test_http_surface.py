@@ -1,0 +1,210 @@
+"""The status server's HTTP surface through pytest-aiohttp: ETag and 304, filters, errors,
+probes, /metrics against /status, and the dashboard's files."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import re
+
+import pytest
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from kuzk.status.app import STATIC, make_app
+from kuzk.status.view import StatusView
+from tests.unit.status.builders import T0, node, part, proofjob, worker, workerstatus
+from tests.unit.status.conftest import Clock, Feed
+
+Client = TestClient  # type: ignore[type-arg]
+
+
+@pytest.fixture
+async def http(aiohttp_client, view: StatusView) -> Client:
+    return await aiohttp_client(make_app(view))
+
+
+def fill(feed: Feed) -> None:
+    feed(proofjobs=[proofjob("a", part(0, "done", synthMs=1500, gpuMs=200), part(1, "gpu"),
+                             part(2, "pending"), count=3),
+                    proofjob("b", part(0, "failed", reason="InvalidInput"), count=1,
+                             kind="porep-c2", phase="Failed", finished=T0)],
+         workerstatuses=[workerstatus("gpu-1", worker("W0"),
+                                      worker("W1", "proving", job="a", partition=1, stage="gpu"),
+                                      stale=2)],
+         nodes=[node("gpu-1", 2)], pods=[])
+
+
+async def test_status_serves_json_with_an_etag_and_304s(http: Client, feed: Feed) -> None:
+    fill(feed)
+    first = await http.get("/status")
+    assert first.status == 200
+    assert first.content_type == "application/json"
+    etag = first.headers["ETag"]
+    body = await first.json()
+    assert [p["job_id"] for p in body["pipelines"]] == ["ns/a", "ns/b"]
+    again = await http.get("/status", headers={"If-None-Match": etag})
+    assert again.status == 304
+    assert again.headers["ETag"] == etag
+    head = await http.head("/status")
+    assert (head.status, head.headers["ETag"]) == (200, etag)
+
+
+async def test_a_change_gets_a_new_etag(http: Client, feed: Feed, view: StatusView) -> None:
+    fill(feed)
+    etag = (await http.get("/status")).headers["ETag"]
+    view.event("proofjobs", "MODIFIED", proofjob("a", part(0, "done"), part(1, "done"),
+                                                 part(2, "pending"), count=3))
+    changed = await http.get("/status", headers={"If-None-Match": etag})
+    assert changed.status == 200
+    assert changed.headers["ETag"] != etag
+    assert (await changed.json())["pipelines"][0]["partitions_done"] == 2
+
+
+async def test_an_unchanged_object_keeps_the_etag(http: Client, feed: Feed,
+                                                  view: StatusView) -> None:
+    fill(feed)
+    etag = (await http.get("/status")).headers["ETag"]
+    view.event("nodes", "MODIFIED", node("gpu-1", 2) | {"spec": {"podCIDR": "10.0.0.0/24"}})
+    assert (await http.get("/status", headers={"If-None-Match": etag})).status == 304
+
+
+async def test_filters_get_their_own_etag(http: Client, feed: Feed) -> None:
+    fill(feed)
+    every = await http.get("/status")
+    some = await http.get("/status", params={"kind": "porep-c2"})
+    assert every.headers["ETag"] != some.headers["ETag"]
+    assert [p["job_id"] for p in (await some.json())["pipelines"]] == ["ns/b"]
+
+
+async def test_gzip_is_offered(http: Client, feed: Feed) -> None:
+    fill(feed)
+    response = await http.get("/status", headers={"Accept-Encoding": "gzip"},
+                              auto_decompress=False)
+    assert response.headers["Content-Encoding"] == "gzip"
+    plain = await (await http.get("/status")).read()
+    assert gzip.decompress(await response.read()) == plain
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("namespace=Bad_Name", "namespace"),
+        ("kind=snark", "kind"),
+        ("kind=snap-update&kind=porep-c2", "kind"),
+        ("colour=blue", "colour"),
+    ],
+    ids=["bad-namespace", "bad-kind", "repeated", "unknown"],
+)
+async def test_bad_filters_get_400_naming_the_parameter(http: Client, feed: Feed, query,
+                                                        parameter) -> None:
+    fill(feed)
+    response = await http.get(f"/status?{query}")
+    assert response.status == 400
+    body = await response.json()
+    assert body["parameter"] == parameter
+    assert parameter in body["error"]
+
+
+async def test_unknown_paths_get_a_json_404(http: Client) -> None:
+    response = await http.get("/nope")
+    assert response.status == 404
+    assert "/nope" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+async def test_other_methods_get_405(http: Client, method: str) -> None:
+    response = await http.request(method, "/status")
+    assert response.status == 405
+    assert response.headers["Allow"] == "GET, HEAD"
+    assert method in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("size", [8 * 1024 + 1, 64 * 1024])
+async def test_long_query_strings_get_414(http: Client, size: int) -> None:
+    response = await http.get("/status?kind=" + "x" * (size - len("kind=")))
+    assert response.status == 414
+    assert "query string" in (await response.json())["error"]
+
+
+async def test_readyz_waits_for_every_first_list(http: Client, feed: Feed) -> None:
+    feed(proofjobs=[], workerstatuses=[])
+    waiting = await http.get("/readyz")
+    assert waiting.status == 503
+    assert (await waiting.json())["waiting_for"] == ["nodes", "pods"]
+    assert (await http.get("/healthz")).status == 200
+    feed(pods=[], nodes=[])
+    assert (await http.get("/readyz")).status == 200
+
+
+async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> None:
+    fill(feed)
+    clock.now = T0 + 30
+    status = await (await http.get("/status")).json()
+    text = await (await http.get("/metrics")).text()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    for p in status["pipelines"]:
+        for state in ("done", "gpu", "pending", "failed"):
+            expected = sum(q["state"] == state for q in p["partitions"])
+            assert value("kuzk_partitions", state=state, proof_kind=p["proof_kind"]) == expected
+    assert value("kuzk_proofjobs", phase="Failed", proof_kind="porep-c2") == 1
+    assert value("kuzk_gpu_workers", node="gpu-1", state="proving") == status["fleet"][
+        "gpus_proving"]
+    counters = status["counters"]
+    assert value("kuzk_partitions_completed_total", proof_kind="snap-update") == counters[
+        "completed_by_kind"]["snap-update"]
+    assert value("kuzk_partitions_failed_total", proof_kind="porep-c2") == counters[
+        "failed_by_kind"]["porep-c2"]
+    assert value("kuzk_stale_worker_writes_rejected_total") == counters["stale_writes_rejected"]
+    w1 = status["gpu_workers"][1]
+    assert value("kuzk_gpu_busy_seconds_total", node="gpu-1", worker="W1",
+                 gpu_uuid=w1["gpu_uuid"]) == w1["busy_seconds_total"] == 30.0
+    assert value("kuzk_partition_duration_seconds_count", proof_kind="snap-update",
+                 stage="gpu") == 1
+    assert value("kuzk_partition_duration_seconds_sum", proof_kind="snap-update",
+                 stage="synthesis") == 1.5
+    assert value("kuzk_status_view_age_seconds") == status["view"]["age_secs"]
+    assert value("kuzk_watch_restarts_total", resource="pods") == 0
+    assert value("process_resident_memory_bytes") > 0
+
+
+async def test_the_dashboard_is_served_without_external_resources(http: Client) -> None:
+    page = await http.get("/")
+    assert page.status == 200
+    html = await page.text()
+    assert "<title>kuzk" in html
+    for path in re.findall(r'(?:src|href)="([^"]+)"', html):
+        assert path.startswith("/static/"), path
+        assert (await http.get(path)).status == 200
+    for file in STATIC.iterdir():
+        assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", file.read_text()), file
+
+
+async def test_status_body_is_valid_json_for_an_empty_view(http: Client, feed: Feed) -> None:
+    feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[])
+    body = json.loads(await (await http.get("/status")).read())
+    assert body["pipelines"] == [] and body["gpu_workers"] == []
+    assert body["fleet"]["gpus"] == 0
+
+
+async def test_silent_connections_do_not_stop_healthz(aiohttp_server, view: StatusView) -> None:
+    server = await aiohttp_server(make_app(view), keepalive_timeout=1)
+    silent = [await asyncio.open_connection(server.host, server.port) for _ in range(500)]
+    try:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 200")
+        writer.close()
+        # the server cuts each silent connection at its keep-alive timeout
+        closed = await asyncio.wait_for(
+            asyncio.gather(*(r.read() for r, _ in silent)), 30)
+        assert closed == [b""] * 500
+    finally:
+        for _, w in silent:
+            w.close()

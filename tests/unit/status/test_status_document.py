@@ -1,0 +1,243 @@
+"""kuzk.status.aggregate: the /status document from objects, history and a clock, by tables."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kuzk.status.aggregate import Filters
+from kuzk.status.view import StatusView
+from tests.unit.status.builders import T0, node, part, pod, proofjob, worker, workerstatus
+from tests.unit.status.conftest import Clock, Feed
+
+
+def doc(view: StatusView, **filters: Any) -> dict[str, Any]:
+    return json.loads(view.document(Filters(**filters)).body)
+
+
+def test_document_has_the_designed_shape(feed: Feed, view: StatusView) -> None:
+    feed(proofjobs=[proofjob("snap-update-5678", part(0, "done", synthMs=812, gpuMs=95,
+                                                       node="gpu-1", worker="W0"),
+                             part(1, "gpu", node="gpu-1", worker="W1"), count=2)],
+         workerstatuses=[workerstatus("gpu-1", worker("W0", completed=1),
+                                      worker("W1", "proving", job="snap-update-5678",
+                                             partition=1, stage="gpu"))],
+         nodes=[node("gpu-1", 2)], pods=[])
+    d = doc(view)
+    assert set(d) >= {"uptime_secs", "view", "fleet", "pipelines", "gpu_workers", "counters"}
+    assert d["view"] == {"synced": True, "age_secs": 0.0, "watch_restarts": 0}
+    assert d["fleet"] == {"nodes": 1, "gpus": 2, "gpus_proving": 1, "busy_fraction_10m": None}
+    (p,) = d["pipelines"]
+    assert p["job_id"] == "ns/snap-update-5678"
+    assert (p["total_partitions"], p["partitions_done"], p["partitions_failed"]) == (2, 1, 0)
+    assert p["partitions"][0] == {
+        "index": 0, "state": "done", "attempt": 1, "node": "gpu-1", "worker": "W0",
+        "synth_ms": 812, "gpu_ms": 95, "stage_secs": None, "reason": None, "message": None}
+    w1 = d["gpu_workers"][1]
+    assert (w1["worker_id"], w1["state"], w1["stage"], w1["current_job"],
+            w1["current_partition"]) == ("W1", "proving", "gpu", "ns/snap-update-5678", 1)
+    assert d["counters"]["total_completed"] == 1
+    assert d["counters"]["completed_by_kind"]["snap-update"] == 1
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expected"),
+    [
+        ([("b", "ns", T0), ("a", "ns", T0 + 1)], ["ns/b", "ns/a"]),
+        ([("b", "ns", T0), ("a", "ns", T0)], ["ns/a", "ns/b"]),
+        ([("a", "zz", T0), ("z", "aa", T0)], ["aa/z", "zz/a"]),
+    ],
+    ids=["creation-time-first", "then-name", "then-namespace"],
+)
+def test_pipelines_are_ordered_by_creation_then_namespace_and_name(feed: Feed, view: StatusView,
+                                                                   jobs, expected) -> None:
+    feed(proofjobs=[proofjob(n, namespace=ns, created=t) for n, ns, t in jobs])
+    assert [p["job_id"] for p in doc(view)["pipelines"]] == expected
+
+
+def test_workers_are_ordered_by_node_then_worker_number(feed: Feed, view: StatusView) -> None:
+    feed(workerstatuses=[workerstatus("gpu-10", worker("W0")),
+                         workerstatus("gpu-2", worker("W10"), worker("W2"), worker("W1"))])
+    rows = [(w["node"], w["worker_id"]) for w in doc(view)["gpu_workers"]]
+    assert rows == [("gpu-2", "W1"), ("gpu-2", "W2"), ("gpu-2", "W10"), ("gpu-10", "W0")]
+
+
+def test_long_job_ids_are_whole(feed: Feed, view: StatusView) -> None:
+    name = "snap-update-" + "x" * 48
+    feed(proofjobs=[proofjob(name)],
+         workerstatuses=[workerstatus("gpu-1", worker("W0", "proving", job=name, partition=3))])
+    d = doc(view)
+    assert d["pipelines"][0]["job_id"] == f"ns/{name}"
+    assert d["gpu_workers"][0]["current_job"] == f"ns/{name}"
+
+
+@pytest.mark.parametrize(
+    ("states", "depth"),
+    [
+        ([], 0),
+        (["pending", "pending", "scheduled"], 3),
+        (["synthesizing", "synth_done", "gpu", "done", "failed"], 0),
+        (["pending", "gpu", "scheduled", "done"], 2),
+    ],
+    ids=["empty", "all-waiting", "none-waiting", "mixed"],
+)
+def test_queue_depth_counts_partitions_waiting_for_a_gpu(feed: Feed, view: StatusView, states,
+                                                         depth) -> None:
+    feed(proofjobs=[proofjob("j", *(part(i, s) for i, s in enumerate(states)),
+                             count=max(len(states), 1) if states else None)] if states else [])
+    assert doc(view)["counters"]["queue_depth"] == depth
+
+
+def test_unreported_partitions_show_pending(feed: Feed, view: StatusView) -> None:
+    feed(proofjobs=[proofjob("fresh", phase=None, started=None, count=4)])
+    (p,) = doc(view)["pipelines"]
+    assert [q["state"] for q in p["partitions"]] == ["pending"] * 4
+    assert (p["phase"], p["started_secs_ago"]) == ("Pending", None)
+    assert doc(view)["counters"]["queue_depth"] == 4
+
+
+@pytest.mark.parametrize(
+    ("finished_ago", "shown"),
+    [(None, True), (599, True), (601, False)],
+    ids=["running", "finished-within-keep", "finished-before-keep"],
+)
+def test_finished_jobs_leave_pipelines_but_stay_in_counters(feed: Feed, view: StatusView,
+                                                            clock: Clock, finished_ago,
+                                                            shown) -> None:
+    clock.now = T0 + 1000
+    phase = "Running" if finished_ago is None else "Succeeded"
+    finished = None if finished_ago is None else clock.now - finished_ago
+    feed(proofjobs=[proofjob("j", part(0, "done"), count=1, phase=phase, finished=finished)])
+    d = doc(view)
+    assert bool(d["pipelines"]) is shown
+    assert d["counters"]["total_completed"] == 1
+
+
+def test_counters_never_go_down(feed: Feed, view: StatusView) -> None:
+    job = proofjob("j", part(0, "done"), part(1, "failed", reason="InvalidInput"), count=2)
+    feed(proofjobs=[job])
+    feed(proofjobs=[job])  # seen again: not counted again
+    assert doc(view)["counters"]["total_completed"] == 1
+    view.event("proofjobs", "DELETED", job)
+    c = doc(view)["counters"]
+    assert (c["total_completed"], c["total_failed"]) == (1, 1)
+    assert c["failed_by_kind"]["snap-update"] == 1
+
+
+@pytest.mark.parametrize(
+    ("partition", "pods", "reason", "message"),
+    [
+        (part(0, "failed", reason="InvalidInput", message="bad sector"), [], "InvalidInput",
+         "bad sector"),
+        (part(0, "pending"), [pod("j", 0, unschedulable="0/2 nodes are available")],
+         "Unschedulable", "0/2 nodes are available"),
+        (part(0, "pending", 2, reason="Failed", message="exit 1"), [], "Failed", "exit 1"),
+        (part(0, "done", reason="Failed", message="exit 1"), [], None, None),
+    ],
+    ids=["failed", "unschedulable", "retried", "done-has-no-reason"],
+)
+def test_partitions_say_why(feed: Feed, view: StatusView, partition, pods, reason,
+                            message) -> None:
+    feed(proofjobs=[proofjob("j", partition, count=1)], pods=pods)
+    p = doc(view)["pipelines"][0]["partitions"][0]
+    assert (p["reason"], p["message"]) == (reason, message)
+
+
+def test_idle_worker_names_no_job_even_if_it_keeps_its_last_pod(feed: Feed,
+                                                                view: StatusView) -> None:
+    idle = worker("W0", "proving", job="old", partition=3, stage="gpu") | {"state": "idle"}
+    feed(workerstatuses=[workerstatus("gpu-1", idle)])
+    w = doc(view)["gpu_workers"][0]
+    assert (w["state"], w["current_job"], w["current_partition"], w["stage"]) == (
+        "idle", None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("proving", "started_ago", "expected"),
+    [
+        ([(0, 300)], 600, 0.5),
+        ([(0, 600)], 600, 1.0),
+        ([], 600, 0.0),
+        ([(0, 30)], 60, 0.5),
+        ([(0, 100), (200, 250)], 300, 0.5),
+    ],
+    ids=["half", "all", "idle", "young-server", "two-spells"],
+)
+def test_busy_fraction_is_the_proving_share_of_the_last_ten_minutes(
+        view: StatusView, clock: Clock, proving, started_ago, expected) -> None:
+    start = T0
+    view.history.started = start
+    view.listed("workerstatuses", [workerstatus("gpu-1", worker("W0"), worker("W1"))])
+    for begin, end in proving:
+        clock.now = start + begin
+        view.listed("workerstatuses", [workerstatus(
+            "gpu-1", worker("W0", "proving", job="j", partition=0), worker("W1"))])
+        clock.now = start + end
+        view.listed("workerstatuses", [workerstatus("gpu-1", worker("W0"), worker("W1"))])
+    clock.now = start + started_ago
+    d = doc(view)
+    assert d["gpu_workers"][0]["busy_fraction_10m"] == expected
+    assert d["gpu_workers"][1]["busy_fraction_10m"] == 0.0
+    assert d["fleet"]["busy_fraction_10m"] == expected / 2
+    strip = d["gpu_workers"][0]["busy_strip_10m"]
+    assert len(strip) == 20
+    assert strip[-1] is not None
+
+
+def test_stale_writes_sum_the_worker_statuses_and_never_go_down(feed: Feed,
+                                                                view: StatusView) -> None:
+    feed(workerstatuses=[workerstatus("a", stale=2), workerstatus("b", stale=3)])
+    assert doc(view)["counters"]["stale_writes_rejected"] == 5
+    feed(workerstatuses=[workerstatus("a", stale=4)])  # b's node is gone; what it counted stays
+    assert doc(view)["counters"]["stale_writes_rejected"] == 7
+    feed(workerstatuses=[workerstatus("a", stale=1)])  # a recreated object counts from zero
+    assert doc(view)["counters"]["stale_writes_rejected"] == 8
+
+
+def test_filters_choose_pipelines_and_counters(feed: Feed, view: StatusView) -> None:
+    feed(proofjobs=[proofjob("a", part(0, "done"), count=1, namespace="one"),
+                    proofjob("b", part(0, "pending"), count=1, namespace="two",
+                             kind="porep-c2")])
+    assert [p["job_id"] for p in doc(view, namespace="one")["pipelines"]] == ["one/a"]
+    two = doc(view, kind="porep-c2")
+    assert [p["job_id"] for p in two["pipelines"]] == ["two/b"]
+    assert (two["counters"]["total_completed"], two["counters"]["queue_depth"]) == (0, 1)
+    assert doc(view, namespace="one", kind="porep-c2")["pipelines"] == []
+
+
+def test_stage_seconds_count_from_when_the_state_was_seen(feed: Feed, view: StatusView,
+                                                          clock: Clock) -> None:
+    feed(proofjobs=[proofjob("j", part(0, "synthesizing"), count=1)],
+         workerstatuses=[workerstatus("n", worker("W0", "proving", job="j", partition=0,
+                                                  stage="synthesizing"))])
+    clock.now = T0 + 5
+    feed(proofjobs=[proofjob("j", part(0, "gpu"), count=1)],
+         workerstatuses=[workerstatus("n", worker("W0", "proving", job="j", partition=0,
+                                                  stage="gpu"))])
+    clock.now = T0 + 8
+    d = doc(view)
+    assert d["pipelines"][0]["partitions"][0]["stage_secs"] == 3.0
+    assert d["gpu_workers"][0]["stage_secs"] == 3.0
+    assert d["gpu_workers"][0]["busy_secs"] == 8.0
+
+
+def test_the_view_is_not_synced_until_every_resource_is_listed(view: StatusView,
+                                                               clock: Clock) -> None:
+    view.listed("proofjobs", [])
+    clock.now = T0 + 3
+    d = doc(view)
+    assert d["view"]["synced"] is False
+    assert d["view"]["age_secs"] == 3.0
+
+
+def test_a_lost_watch_ages_the_view_and_counts_a_restart(feed: Feed, view: StatusView,
+                                                         clock: Clock) -> None:
+    feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[])
+    view.lost("pods")
+    clock.now = T0 + 4
+    d = doc(view)
+    assert d["view"] == {"synced": False, "age_secs": 4.0, "watch_restarts": 1}
+    view.connected("pods")
+    assert doc(view)["view"] == {"synced": True, "age_secs": 0.0, "watch_restarts": 1}
