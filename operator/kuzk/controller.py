@@ -1,54 +1,95 @@
 """Applies reconcile decisions to the API server: the thin, blocking layer under the handlers.
 
-Everything here runs in a worker thread (the ``kubernetes`` client blocks). One call of
-``Controller.sync`` reads the ProofJob, its pods and the WorkerStatuses fresh, asks the pure
-``reconcile`` what to do, writes the status with the resourceVersion it read (a concurrent
-writer makes it 409, and the caller simply syncs again) and then applies the actions, each
-idempotent, so a crash between any two steps is repaired by the next sync.
+Everything here runs in a worker thread (the ``kubernetes`` client blocks) and spends API
+calls on writes only: the caller (``kuzk.runtime``) hands in the ProofJob, its pods and the
+WorkerStatuses from the operator's watch caches. ``Controller.sync`` asks the pure
+``reconcile`` what to do, writes the status with the resourceVersion it was given (a 409 means
+the cache was stale: it reads that one job again and decides again), then applies the actions,
+each idempotent, so a crash between any two steps is repaired by the next sync. A 404 on a
+write about the job means the job is gone (``JobGone``): its pods are then settled as orphans.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, workers
 from kuzk.actions import CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
+from kuzk.observe import is_deleting, release_action
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
 
 log = logging.getLogger("kuzk.controller")
 RESYNC_SECONDS = 10.0
+ORPHAN_LOOK_SECONDS = 30.0
 POD_CALLS_IN_FLIGHT = 16
+CONFLICT_TRIES = 3
 Poster = Callable[[dict[str, Any], Event], None]
+Body = dict[str, Any]
 
 
 def load_config() -> None:
     """In a pod, its ServiceAccount; elsewhere, the kubeconfig (KUBECONFIG or ~/.kube)."""
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
 
 
-def _outcome(pod: client.V1Pod) -> workers.Outcome:
-    if pod.status.phase == "Succeeded":
+def _outcome(pod: Mapping[str, Any]) -> workers.Outcome:
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
         return "succeeded"
     disrupted = any(
-        c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions or []
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in status.get("conditions") or []
     )
-    return "disrupted" if disrupted or pod.metadata.deletion_timestamp else "failed"
+    return "disrupted" if disrupted or is_deleting(pod) else "failed"
+
+
+def controller_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod's controlling ProofJob reference, or None (orphaned with --cascade=orphan)."""
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == api.PROOFJOB_KIND and owner.get("controller"):
+            return dict(owner)
+    return None
+
+
+def already_released(worker_status: Mapping[str, Any] | None, pod_uid: str) -> bool:
+    """Whether the node's WorkerStatus shows the pod's worker released (idle, naming the
+    pod): then the finalizer release has nothing to write. Workers only move forward from
+    there, so a cache older than the API server cannot make this wrongly true."""
+    for worker in ((worker_status or {}).get("status") or {}).get("workers") or []:
+        if (worker.get("pod") or {}).get("uid") == pod_uid:
+            return bool(worker.get("state") != "proving")
+    return False
 
 
 class Conflict(Exception):
-    """The ProofJob changed between read and status write; sync again."""
+    """The ProofJob kept changing between read and status write; sync again."""
+
+
+class JobGone(Exception):
+    """A write about the ProofJob got 404: it no longer exists."""
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What one sync did: when to look again, the job as its status write returned it (None
+    when nothing was written) and the pods it created, for the caller's cache to overlay
+    until the watches deliver them."""
+
+    requeue_after: float | None
+    job: Body | None = None
+    created: list[Body] = field(default_factory=list)
 
 
 @dataclass
@@ -63,91 +104,110 @@ class Controller:
         self._pool = ThreadPoolExecutor(max_workers=POD_CALLS_IN_FLIGHT,
                                         thread_name_prefix="kuzk-pods")
 
-    # --- reads -------------------------------------------------------------------------
-    def _job(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _serialize(self, obj: object) -> Body:
+        return cast(Body, self.api_client.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+
+    # --- one job -------------------------------------------------------------------------
+    def sync(
+        self,
+        job: Body,
+        pods: list[Body],
+        worker_statuses: list[Body],
+        now: datetime | None = None,
+    ) -> Synced:
+        """Reconcile one ProofJob once from the given (cached) objects."""
+        moment = now or datetime.now(UTC)
+        written: Body | None = None
+        for _ in range(CONFLICT_TRIES):
+            try:
+                decision = reconcile(job, pods, worker_statuses, moment, settings=self.settings)
+            except ValueError as e:
+                # The API server's schema rejects bad specs; this only happens for objects
+                # stored before a schema change. Say so on the object instead of looping.
+                self.post_event(job, Event("Warning", "InvalidSpec", str(e)))
+                return Synced(None)
+            try:
+                written = self._write_status(job, decision.status)
+                break
+            except Conflict:
+                job = self._read_job(job)
+        else:
+            msg = f"{_name(job)} kept changing under the operator"
+            raise Conflict(msg)
+        by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
+        ws_by_node = {(w.get("spec") or {}).get("nodeName"): w for w in worker_statuses}
+        created = self._apply(written or job, decision, by_name, ws_by_node)
+        if decision.ttl_expired:
+            requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
+        elif decision.status.get("phase") in ("Succeeded", "Failed"):
+            requeue = decision.requeue_after
+        else:
+            requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
+        return Synced(requeue, written, created)
+
+    def _read_job(self, job: Body) -> Body:
+        """The 409 path: the cached job was stale; read that one object again."""
+        md = job["metadata"]
         try:
-            return dict(
-                self.custom.get_namespaced_custom_object(
-                    api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, name
-                )
+            fresh = self.custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, md["namespace"], api.PROOFJOB_PLURAL, md["name"]
             )
         except ApiException as e:
             if e.status == 404:
-                return None
+                raise JobGone(_name(job)) from None
             raise
+        return cast(Body, fresh)
 
-    def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        pods = self.core.list_namespaced_pod(namespace, label_selector=api.job_selector(name))
-        return [self.api_client.sanitize_for_serialization(p) for p in pods.items]
-
-    def _workers(self) -> list[dict[str, Any]]:
-        listing = self.custom.list_cluster_custom_object(
-            api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL
-        )
-        return list(listing.get("items", []))
-
-    # --- sync --------------------------------------------------------------------------
-    def sync(self, namespace: str, name: str) -> float | None:
-        """Reconcile one ProofJob once; return seconds until it needs another look (at most
-        RESYNC_SECONDS while it runs; None once it is finished and has no TTL to wait for)."""
-        # The three reads are independent: one round trip of latency instead of three.
-        job_f = self._pool.submit(self._job, namespace, name)
-        pods_f = self._pool.submit(self._pods, namespace, name)
-        workers_f = self._pool.submit(self._workers)
-        job, pods, workers_now = job_f.result(), pods_f.result(), workers_f.result()
-        if job is None:
-            return None
-        try:
-            decision = reconcile(job, pods, workers_now, datetime.now(UTC), settings=self.settings)
-        except ValueError as e:
-            # The API server's schema rejects bad specs; this only happens for objects stored
-            # before a schema change. Say so on the object instead of crashing the loop.
-            self.post_event(job, Event("Warning", "InvalidSpec", str(e)))
-            return None
-        self._write_status(job, decision.status)
-        self._apply(job, decision)
-        if decision.status.get("phase") in ("Succeeded", "Failed"):
-            return decision.requeue_after
-        return min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
-
-    def _write_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+    def _write_status(self, job: Body, status: dict[str, Any]) -> Body | None:
         if status == job.get("status"):
-            return
+            return None
         md = job["metadata"]
         body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "status": status}
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            answer = self.custom.patch_namespaced_custom_object_status(
                 api.GROUP, api.VERSION, md["namespace"], api.PROOFJOB_PLURAL, md["name"], body
             )
         except ApiException as e:
             if e.status == 409:
-                raise Conflict(md["name"]) from e
+                raise Conflict(md["name"]) from None
+            if e.status == 404:
+                raise JobGone(_name(job)) from None
             raise
+        return cast(Body, answer)
 
-    def _apply(self, job: dict[str, Any], decision: Decision) -> None:
+    def _apply(
+        self,
+        job: Body,
+        decision: Decision,
+        pods: Mapping[str | None, Body],
+        ws_by_node: Mapping[str | None, Body],
+    ) -> list[Body]:
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
-        pod_calls = [
-            (self._create if isinstance(a, CreatePod) else self._delete, a)
-            for a in decision.actions if isinstance(a, CreatePod | DeletePod)
-        ]
-        for future in [self._pool.submit(call, ns, a) for call, a in pod_calls]:
+        creates = [self._pool.submit(self._create, ns, a) for a in decision.of_type(CreatePod)]
+        deletes = [self._pool.submit(self._delete, ns, a) for a in decision.of_type(DeletePod)]
+        created = [body for f in creates if (body := f.result()) is not None]
+        for future in deletes:
             future.result()
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
-                self.release(ns, action)
+                pod = pods.get(action.pod_name)
+                self.release(ns, action, pod, ws_by_node.get(action.node))
             elif isinstance(action, Event):
                 self.post_event(job, action)
             elif isinstance(action, DeleteJob):
                 self._delete_job(job, action)
+        return created
 
-    def _create(self, ns: str, action: CreatePod) -> None:
+    def _create(self, ns: str, action: CreatePod) -> Body | None:
         try:
-            self.core.create_namespaced_pod(ns, action.manifest)
+            created = self.core.create_namespaced_pod(ns, action.manifest)  # type: ignore[arg-type]
+            return self._serialize(created)
         except ApiException as e:
             if e.status != 409:  # AlreadyExists: an earlier sync (or replica) created it
                 raise
+            return None
 
     def _delete(self, ns: str, action: DeletePod) -> None:
         opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid))
@@ -157,53 +217,7 @@ class Controller:
             if e.status not in (404, 409):  # gone, or a namesake with another uid
                 raise
 
-    def release(self, ns: str, action: ReleaseWorker) -> None:
-        """The finalizer write: release the worker (guarded), then drop the finalizer."""
-        try:
-            pod = self.core.read_namespaced_pod(action.pod_name, ns)
-        except ApiException as e:
-            if e.status == 404:
-                return
-            raise
-        if pod.metadata.uid != action.pod_uid:
-            return
-        if action.node:
-            outcome = _outcome(pod)
-            ref = workers.PodRef(action.pod_name, action.pod_uid)
-            released = workers.release(self.api_client, action.node, ref, outcome)
-            log.info(
-                "finalizer release of %s/%s on %s (%s): %s",
-                ns,
-                action.pod_name,
-                action.node,
-                outcome,
-                "applied" if released else "nothing held it",
-            )
-        self._drop_finalizer(ns, pod)
-
-    def _drop_finalizer(self, ns: str, pod: client.V1Pod) -> None:
-        finalizers = pod.metadata.finalizers or []
-        if api.FINALIZER not in finalizers:
-            return
-        i = finalizers.index(api.FINALIZER)
-        patch = [
-            {
-                "op": "test",
-                "path": "/metadata/resourceVersion",
-                "value": pod.metadata.resource_version,
-            },
-            {"op": "remove", "path": f"/metadata/finalizers/{i}"},
-        ]
-        try:
-            self.core.patch_namespaced_pod(pod.metadata.name, ns, patch)
-        except ApiException as e:
-            if e.status == 404:
-                return
-            if e.status in (409, 422):  # changed meanwhile: the next sync retries
-                raise Conflict(pod.metadata.name) from e
-            raise
-
-    def _delete_job(self, job: dict[str, Any], action: DeleteJob) -> None:
+    def _delete_job(self, job: Body, action: DeleteJob) -> None:
         md = job["metadata"]
         log.info("deleting ProofJob %s/%s: %s", md["namespace"], md["name"], action.reason)
         opts = client.V1DeleteOptions(
@@ -212,32 +226,159 @@ class Controller:
         )
         try:
             self.custom.delete_namespaced_custom_object(
-                api.GROUP,
-                api.VERSION,
-                md["namespace"],
-                api.PROOFJOB_PLURAL,
-                md["name"],
+                api.GROUP, api.VERSION, md["namespace"], api.PROOFJOB_PLURAL, md["name"],
                 body=opts,
             )
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
 
-    # --- nodes and workers ---------------------------------------------------------------
-    def ensure_worker_status(self, node: dict[str, Any]) -> None:
-        capacity = (node.get("status") or {}).get("capacity") or {}
-        if int(capacity.get(self.settings.gpu_resource, 0) or 0) <= 0:
-            return
-        md = node["metadata"]
-        workers.ensure_worker_status(self.api_client, md["name"], md["uid"])
+    # --- the finalizer -------------------------------------------------------------------
+    def release(
+        self,
+        ns: str,
+        action: ReleaseWorker,
+        pod: Body | None = None,
+        worker_status: Body | None = None,
+    ) -> None:
+        """The finalizer write: release the worker (guarded), then drop the finalizer.
 
-    def sweep(self, node_name: str) -> None:
-        """Release workers whose pod is gone or silent and not running (periodic safety net)."""
-        pods = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node_name}",
-            label_selector=f"{api.LABEL_MANAGED_BY}={api.MANAGER}",
-        )
-        live = {p.metadata.uid: p.status.phase for p in pods.items}
-        released = workers.sweep(self.api_client, node_name, live, datetime.now(UTC))
+        ``pod`` and ``worker_status`` come from the caller's cache; without ``pod`` it is read.
+        A worker status that already shows the pod released saves the guarded write."""
+        if pod is None:
+            pod = self._read_pod(ns, action.pod_name)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != action.pod_uid:
+            return
+        if action.node and not already_released(worker_status, action.pod_uid):
+            outcome = _outcome(pod)
+            ref = workers.PodRef(action.pod_name, action.pod_uid)
+            released = workers.release(self.api_client, action.node, ref, outcome)
+            log.info(
+                "finalizer release of %s/%s on %s (%s): %s",
+                ns, action.pod_name, action.node, outcome,
+                "applied" if released else "nothing held it",
+            )
+        self._drop_finalizer(ns, pod)
+
+    def _read_pod(self, ns: str, name: str) -> Body | None:
+        try:
+            return self._serialize(self.core.read_namespaced_pod(name, ns))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _drop_finalizer(self, ns: str, pod: Body) -> None:
+        """Remove ``kuzk.io/release-worker``, checking it is still where the pod had it, so
+        the patch never removes another finalizer; if it moved, read the pod once more."""
+        for _ in range(CONFLICT_TRIES):
+            meta = pod.get("metadata") or {}
+            finalizers = meta.get("finalizers") or []
+            if api.FINALIZER not in finalizers:
+                return
+            path = f"/metadata/finalizers/{finalizers.index(api.FINALIZER)}"
+            patch: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+                {"op": "test", "path": path, "value": api.FINALIZER},
+                {"op": "remove", "path": path},
+            ]
+            try:
+                self.core.patch_namespaced_pod(meta["name"], ns, patch)
+                return
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                if e.status not in (409, 422):
+                    raise
+            fresh = self._read_pod(ns, meta.get("name", ""))
+            if fresh is None or (fresh.get("metadata") or {}).get("uid") != meta.get("uid"):
+                return
+            pod = fresh
+        msg = f"pod {ns}/{(pod.get('metadata') or {}).get('name')} kept changing"
+        raise Conflict(msg)
+
+    # --- pods without their job ------------------------------------------------------------
+    def settle_orphan(
+        self, pod: Body, worker_status: Body | None, now: datetime | None = None
+    ) -> float | None:
+        """A partition pod whose ProofJob is gone (deleted with any propagation policy, or
+        the pod orphaned with --cascade=orphan): kuzk adopts nothing, so the pod is deleted,
+        its worker released (guarded) once its container has stopped, and its finalizer
+        dropped. Returns seconds until it needs another look (its grace period), or None.
+        Raises nothing when the job turns out to exist: the caller syncs the job then."""
+        moment = now or datetime.now(UTC)
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        if not is_deleting(pod):
+            owner = controller_of(pod)
+            if owner is not None and self._job_exists(ns, owner):
+                return None
+            log.info("deleting partition pod %s/%s: its ProofJob is gone", ns, name)
+            opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
+            try:
+                deleted = self.core.delete_namespaced_pod(name, ns, body=opts)
+            except ApiException as e:
+                if e.status in (404, 409):
+                    return None
+                raise
+            pod = self._serialize(deleted)
+        action = release_action(pod, moment)
+        if action is not None:
+            self.release(ns, action, pod, worker_status)
+            return None
+        if api.FINALIZER not in ((pod.get("metadata") or {}).get("finalizers") or []):
+            return None
+        stamp = (pod.get("metadata") or {}).get("deletionTimestamp")
+        left = (api.parse_time(stamp) - moment).total_seconds() if stamp else 0.0
+        return min(max(left, 0.0) + 0.5, ORPHAN_LOOK_SECONDS)
+
+    def _job_exists(self, ns: str, owner: Mapping[str, Any]) -> bool:
+        """Whether the pod's owner still exists: one read, only for a pod about to be deleted
+        because the cache does not know its job."""
+        try:
+            job = self.custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL, owner.get("name", "")
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return bool(cast(Body, job).get("metadata", {}).get("uid") == owner.get("uid"))
+
+    # --- nodes and workers ---------------------------------------------------------------
+    def gpus(self, node: Mapping[str, Any]) -> int:
+        capacity = (node.get("status") or {}).get("capacity") or {}
+        try:
+            return int(capacity.get(self.settings.gpu_resource, 0) or 0)
+        except ValueError:
+            return 0
+
+    def ensure_worker_status(self, node_name: str, node_uid: str) -> None:
+        """Create the GPU node's WorkerStatus, owned by the Node, if absent."""
+        workers.ensure_worker_status(self.api_client, node_name, node_uid)
+
+    def sweep(
+        self, node_name: str, live: Mapping[str, str], worker_status: Body | None
+    ) -> list[workers.Released]:
+        """Release workers whose pod is gone or silent and not running (periodic safety net).
+
+        ``live`` maps the UIDs of kuzk's pods on the node to their phase (from the cache); the
+        guarded write is made only when the cached WorkerStatus shows something to release."""
+        now = datetime.now(UTC)
+        cached = (worker_status or {}).get("status") or {}
+        if workers.decide_sweep(cached, live, now).status is None:
+            return []
+        released = workers.sweep(self.api_client, node_name, live, now)
         for item in released:
             log.info("sweep released %s on %s", item, node_name)
+        return released
+
+
+def pods_of(pods: Iterable[Body], uid: str) -> list[Body]:
+    """The pods controlled by the job with this UID."""
+    return [p for p in pods if (controller_of(p) or {}).get("uid") == uid]
+
+
+def _name(job: Mapping[str, Any]) -> str:
+    md = job.get("metadata") or {}
+    return f"{md.get('namespace')}/{md.get('name')}"

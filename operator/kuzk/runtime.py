@@ -1,0 +1,298 @@
+"""The running operator's state: one object, made at startup and kept in Kopf's ``memo``.
+
+It reads from memory fed by the watches Kopf already runs (``Caches``: three ``@kopf.index``
+indices of ProofJobs, kuzk's pods and WorkerStatuses; Kopf fills them from its list and watch
+before any other handler runs, so a restarted operator never decides from a half-listed
+world), decides which events matter, and drives the clock (``kuzk.clock.WorkQueue``) whose
+runs call the blocking ``Controller`` in a thread. A steady-state sync makes no LIST and no
+GET: it spends API calls on writes, and a 409 tells it the cache was stale.
+
+Keys of the clock: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
+partition pod whose ProofJob is gone; ``("node", name)`` ensures a GPU node's WorkerStatus;
+``("sweep", node)`` is the periodic worker sweep. Per-job state (what a sync wrote or created
+before the watches delivered it) is dropped when the job is deleted or the watch catches up,
+so memory does not grow with the number of jobs ever seen.
+
+Kopf keeps an object in an index until it sees its DELETED event; after a watch had to list
+again (HTTP 410, or a resume after a peering pause) an object deleted in between can linger.
+Writes about such a ghost get 404 and are settled as gone; decisions never depend on a pod
+existing beyond its job's recorded attempt (``kuzk.partitions`` keeps that watermark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kuzk import api
+from kuzk.clock import Gone, WorkQueue
+from kuzk.controller import Body, Controller, JobGone, controller_of, pods_of
+
+log = logging.getLogger("kuzk.runtime")
+SWEEP_SECONDS = 30.0
+JobKey = tuple[str, str]
+Assignment = tuple[Any, ...]
+
+
+class Caches:
+    """Read access to the indices (views the watches keep current)."""
+
+    def __init__(self, jobs: Mapping[Any, Iterable[Body]], pods: Mapping[Any, Iterable[Body]],
+                 worker_statuses: Mapping[Any, Iterable[Body]]) -> None:
+        self._jobs, self._pods, self._ws = jobs, pods, worker_statuses
+
+    def job(self, namespace: str, name: str) -> Body | None:
+        """The ProofJob; of namesakes (a ghost and its successor), the newest."""
+        found = list(self._jobs.get((namespace, name), ()))
+        if not found:
+            return None
+        return max(found, key=lambda j: (j.get("metadata") or {}).get("creationTimestamp", ""))
+
+    def job_keys(self) -> list[JobKey]:
+        """(namespace, name) of every ProofJob in the cache."""
+        return list(self._jobs)
+
+    def job_pods(self, namespace: str, name: str) -> list[Body]:
+        return list(self._pods.get(("job", namespace, api.job_label_value(name)), ()))
+
+    def pod(self, namespace: str, name: str) -> Body | None:
+        return next(iter(self._pods.get(("pod", namespace, name), ())), None)
+
+    def node_pods(self, node: str) -> list[Body]:
+        return list(self._pods.get(("node", node), ()))
+
+    def worker_status(self, node: str | None) -> Body | None:
+        return next(iter(self._ws.get(node, ()))) if node in self._ws else None
+
+    def worker_statuses(self) -> list[Body]:
+        return [ws for node in list(self._ws) for ws in self._ws.get(node, ())]
+
+
+def slim(body: Mapping[str, Any]) -> Body:
+    """The object as the caches keep it: without managedFields, which nothing reads."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
+def pod_keys(pod: Mapping[str, Any]) -> dict[tuple[str, ...], Body]:
+    """Where a pod is filed in the pod index: by job label, by name and by node."""
+    meta = pod.get("metadata") or {}
+    ns, name = meta.get("namespace", ""), meta.get("name", "")
+    body = slim(pod)
+    keys: dict[tuple[str, ...], Body] = {
+        ("job", ns, (meta.get("labels") or {}).get(api.LABEL_JOB, "")): body,
+        ("pod", ns, name): body,
+    }
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        keys[("node", node)] = body
+    return keys
+
+
+def assignments(worker_status: Mapping[str, Any] | None) -> dict[str, Assignment]:
+    """What a job's status shows of each worker: state, stage and assignment (not the
+    heartbeat, which changes every few seconds and tells a job nothing)."""
+    out: dict[str, Assignment] = {}
+    for worker in ((worker_status or {}).get("status") or {}).get("workers") or []:
+        job = worker.get("job") or {}
+        out[str(worker.get("id"))] = (
+            worker.get("state"), worker.get("stage"), job.get("namespace"), job.get("name"),
+            (worker.get("pod") or {}).get("uid"),
+        )
+    return out
+
+
+def changed_jobs(old: Mapping[str, Assignment], new: Mapping[str, Assignment]) -> set[JobKey]:
+    """The jobs whose workers' state, stage or assignment differ between two views."""
+    jobs: set[JobKey] = set()
+    for worker in old.keys() | new.keys():
+        before, after = old.get(worker), new.get(worker)
+        if before == after:
+            continue
+        for view in (before, after):
+            if view is not None and view[2] and view[3]:
+                jobs.add((view[2], view[3]))
+    return jobs
+
+
+@dataclass
+class JobState:
+    """What this operator wrote about a job that its cache may not show yet."""
+
+    written: tuple[str, Body] | None = None  # (resourceVersion it replaced, the job after)
+    created: dict[str, Body] = field(default_factory=dict)  # pod name → the pod as created
+
+    def job(self, cached: Body) -> Body:
+        rv = (cached.get("metadata") or {}).get("resourceVersion")
+        if self.written is not None and self.written[0] == rv:
+            return self.written[1]
+        self.written = None  # the watch has caught up (or someone else wrote after us)
+        return cached
+
+    def pods(self, cached: list[Body]) -> list[Body]:
+        names = {(p.get("metadata") or {}).get("name") for p in cached}
+        for name in [n for n in self.created if n in names]:
+            del self.created[name]
+        return [*cached, *self.created.values()]
+
+    @property
+    def empty(self) -> bool:
+        return self.written is None and not self.created
+
+
+class Runtime:
+    """See the module docstring. Handlers call the ``on_*`` methods; nothing else writes."""
+
+    def __init__(self, controller: Controller, caches: Caches) -> None:
+        self.controller = controller
+        self.caches = caches
+        self.queue = WorkQueue(self._work, describe=_describe)
+        self.jobs: dict[JobKey, JobState] = {}
+        self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
+        self.node_workers: dict[str, dict[str, Assignment]] = {}
+
+    # --- events --------------------------------------------------------------------------
+    def on_job(self, event: str | None, namespace: str, name: str, uid: str) -> None:
+        if event != "DELETED":
+            self.queue.kick(("job", namespace, name))
+            return
+        self._forget_job(namespace, name)
+        # A ProofJob deleted with any propagation policy: its pods are settled as orphans.
+        for pod in pods_of(self.caches.job_pods(namespace, name), uid):
+            self.queue.kick(("pod", namespace, (pod.get("metadata") or {}).get("name", "")))
+
+    def on_pod(self, event: str | None, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        owner = controller_of(pod)
+        job = self.caches.job(ns, owner["name"]) if owner else None
+        if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
+            self.queue.kick(("job", ns, owner["name"]))
+        elif event == "DELETED":
+            self.queue.forget(("pod", ns, name))
+        else:
+            self.queue.kick(("pod", ns, name))
+
+    def on_worker_status(self, event: str | None, node: str, body: Mapping[str, Any]) -> None:
+        old = self.node_workers.pop(node, {})
+        new = assignments(body) if event != "DELETED" else {}
+        if event == "DELETED":
+            self.queue.forget(("sweep", node))
+        else:
+            self.node_workers[node] = new
+            self.queue.later(("sweep", node), SWEEP_SECONDS)
+        for namespace, name in sorted(changed_jobs(old, new)):
+            if self.caches.job(namespace, name) is not None:
+                self.queue.kick(("job", namespace, name))
+
+    def on_node(self, event: str | None, node: Mapping[str, Any]) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        if event == "DELETED":
+            self.nodes.pop(name, None)
+            self.queue.forget(("node", name))
+            return
+        seen = ((node.get("metadata") or {}).get("uid", ""), self.controller.gpus(node))
+        if self.nodes.get(name) != seen:
+            self.nodes[name] = seen
+            self.queue.kick(("node", name))
+
+    def on_peering(self, paused: bool) -> None:
+        if paused:
+            log.info("paused by a higher-priority peer: timers and syncs stop")
+            self.queue.pause()
+            self.jobs.clear()
+        else:
+            log.info("resumed: Kopf lists every object again, each gets a sync")
+            self.queue.resume()
+
+    # --- the clock's work ----------------------------------------------------------------
+    async def _work(self, key: Hashable) -> float | None:
+        assert isinstance(key, tuple)
+        kind, *rest = key
+        if kind == "job":
+            return await self._sync_job(*rest)
+        if kind == "pod":
+            return await self._settle_pod(*rest)
+        if kind == "sweep":
+            return await self._sweep(*rest)
+        return await self._ensure_worker_status(*rest)
+
+    async def _sync_job(self, namespace: str, name: str) -> float | None:
+        cached = self.caches.job(namespace, name)
+        if cached is None:
+            self._forget_job(namespace, name)
+            raise Gone
+        state = self.jobs.setdefault((namespace, name), JobState())
+        job = state.job(cached)
+        pods = state.pods(self.caches.job_pods(namespace, name))
+        statuses = self.caches.worker_statuses()
+        try:
+            synced = await asyncio.to_thread(self.controller.sync, job, pods, statuses)
+        except JobGone:
+            uid = (job.get("metadata") or {}).get("uid", "")
+            log.info("ProofJob %s/%s is gone; settling its pods", namespace, name)
+            self.on_job("DELETED", namespace, name, uid)
+            raise Gone from None
+        if synced.job is not None:
+            state.written = (job["metadata"]["resourceVersion"], synced.job)
+        for pod in synced.created:
+            state.created[pod["metadata"]["name"]] = slim(pod)
+        if state.empty:
+            self.jobs.pop((namespace, name), None)
+        return synced.requeue_after
+
+    async def _settle_pod(self, namespace: str, name: str) -> float | None:
+        pod = self.caches.pod(namespace, name)
+        if pod is None:
+            raise Gone
+        owner = controller_of(pod)
+        job = self.caches.job(namespace, owner["name"]) if owner else None
+        if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
+            self.queue.kick(("job", namespace, owner["name"]))
+            raise Gone
+        node = (pod.get("spec") or {}).get("nodeName")
+        ws = self.caches.worker_status(node)
+        delay = await asyncio.to_thread(self.controller.settle_orphan, pod, ws)
+        if delay is None and owner and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # Its job exists after all (the cache had not seen it yet): the job's sync owns it.
+            self.queue.kick(("job", namespace, owner["name"]))
+        return delay
+
+    async def _sweep(self, node: str) -> float | None:
+        ws = self.caches.worker_status(node)
+        if ws is None:
+            raise Gone
+        live = {
+            (p.get("metadata") or {}).get("uid", ""): (p.get("status") or {}).get("phase", "")
+            for p in self.caches.node_pods(node)
+        }
+        await asyncio.to_thread(self.controller.sweep, node, live, ws)
+        return SWEEP_SECONDS
+
+    async def _ensure_worker_status(self, node: str) -> float | None:
+        if node not in self.nodes:
+            raise Gone
+        uid, gpus = self.nodes[node]
+        if gpus > 0 and self.caches.worker_status(node) is None:
+            await asyncio.to_thread(self.controller.ensure_worker_status, node, uid)
+        return None
+
+    def _forget_job(self, namespace: str, name: str) -> None:
+        self.queue.forget(("job", namespace, name))
+        self.jobs.pop((namespace, name), None)
+
+    async def close(self) -> None:
+        await self.queue.close()
+
+
+def _describe(key: Hashable) -> str:
+    if isinstance(key, tuple) and len(key) == 3:
+        kind = {"job": "sync of ProofJob", "pod": "settling pod"}.get(str(key[0]), str(key[0]))
+        return f"{kind} {key[1]}/{key[2]}"
+    if isinstance(key, tuple) and len(key) == 2:
+        kind = {"sweep": "worker sweep of", "node": "WorkerStatus of node"}.get(str(key[0]), "")
+        return f"{kind} {key[1]}"
+    return str(key)

@@ -1,0 +1,88 @@
+"""Which events are worth a sync: worker heartbeats are not, a stage or an assignment is; and
+the peering rule that pauses a replica (Kopf's, applied to the same peering object)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kuzk.peering import outranked
+from kuzk.runtime import JobState, assignments, changed_jobs
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def ws(*workers: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"nodeName": "n1"}, "status": {"workers": list(workers)}}
+
+
+def proving(job: str, pod: str, stage: str | None = None, beat: str = "t1") -> dict[str, Any]:
+    worker = {"id": "W0", "state": "proving", "job": {"namespace": "ns", "name": job},
+              "pod": {"name": pod, "uid": pod}, "heartbeat": beat}
+    return {**worker, "stage": stage} if stage else worker
+
+
+def test_a_heartbeat_syncs_no_job() -> None:
+    before = assignments(ws(proving("a", "p1", "gpu", beat="t1")))
+    after = assignments(ws(proving("a", "p1", "gpu", beat="t2")))
+    assert changed_jobs(before, after) == set()
+
+
+def test_a_stage_change_syncs_its_job() -> None:
+    before = assignments(ws(proving("a", "p1", "synthesizing")))
+    after = assignments(ws(proving("a", "p1", "gpu")))
+    assert changed_jobs(before, after) == {("ns", "a")}
+
+
+def test_a_new_assignment_syncs_the_old_and_the_new_job() -> None:
+    before = assignments(ws(proving("a", "p1", "gpu")))
+    after = assignments(ws(proving("b", "p2")))
+    assert changed_jobs(before, after) == {("ns", "a"), ("ns", "b")}
+
+
+def test_a_release_syncs_the_job_and_a_new_object_syncs_what_it_names() -> None:
+    idle = {"id": "W0", "state": "idle", "pod": {"name": "p1", "uid": "p1"}}
+    assert changed_jobs(assignments(ws(proving("a", "p1", "gpu"))), assignments(ws(idle))) == {
+        ("ns", "a")
+    }
+    assert changed_jobs({}, assignments(ws(proving("a", "p1")))) == {("ns", "a")}
+    assert changed_jobs({}, assignments(ws(idle))) == set()
+
+
+def test_the_written_job_stands_in_until_the_watch_catches_up() -> None:
+    state = JobState()
+    old = {"metadata": {"name": "j", "resourceVersion": "5"}}
+    new = {"metadata": {"name": "j", "resourceVersion": "6"}, "status": {"phase": "Running"}}
+    state.written = ("5", new)
+    assert state.job(old) is new
+    assert state.job(new) is new
+    assert state.written is None
+    assert state.empty
+
+
+def test_created_pods_stand_in_until_the_watch_delivers_them() -> None:
+    state = JobState()
+    pod = {"metadata": {"name": "j-p0-a1"}}
+    state.created["j-p0-a1"] = pod
+    assert state.pods([]) == [pod]
+    assert state.pods([pod]) == [pod]
+    assert state.empty
+
+
+def peer(priority: int, seconds_ago: float = 0, lifetime: int = 15) -> dict[str, Any]:
+    seen = (NOW - timedelta(seconds=seconds_ago)).isoformat()
+    return {"priority": priority, "lifetime": lifetime, "lastseen": seen}
+
+
+def test_a_live_higher_or_equal_peer_pauses_until_its_record_expires() -> None:
+    status = {"me": peer(10), "other": peer(20, seconds_ago=5)}
+    paused, wait = outranked(status, "me", 10, NOW)
+    assert paused
+    assert wait == 10
+    assert outranked({"me": peer(10), "twin": peer(10)}, "me", 10, NOW)[0]
+
+
+def test_lower_dead_or_own_records_do_not_pause() -> None:
+    status = {"me": peer(10), "low": peer(5), "dead": peer(99, seconds_ago=20)}
+    assert outranked(status, "me", 10, NOW) == (False, None)
+    assert outranked({}, "me", 10, NOW) == (False, None)
