@@ -1,30 +1,38 @@
 """Operator fixtures: ``run_operator`` to start ``kuzk operator`` processes (with the stand-in
-prover unless told otherwise; the prover's ServiceAccount is bound to its ClusterRole), and
-``plan`` (the folder that steers the stand-in)."""
+prover unless told otherwise), ``inprocess_operator`` to run the same handlers inside the test
+process (so a test reaches the runtime and its client's transport), ``prover_account`` (the
+prover's ServiceAccount bound to its ClusterRole) and ``plan`` (the folder that steers the
+stand-in)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import kopf
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api
+from kuzk import api, handlers
+from kuzk.pods import PodSettings
+from kuzk.runtime import Runtime
 from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import stop_group
 from tests.testenv.waiting import wait_for
 
 STANDIN = Path(__file__).parent / "standin.py"
+T = TypeVar("T")
 
 
 @dataclass
@@ -40,6 +48,13 @@ class Plan:
     def go(self, pod: str = "all") -> None:
         (self.dir / "go").mkdir(exist_ok=True)
         (self.dir / "go" / pod).touch()
+
+    def stage(self, pod: str, stage: str) -> None:
+        """Move a holding stand-in that claimed its worker to ``stage``."""
+        (self.dir / "stage").mkdir(exist_ok=True)
+        tmp = self.dir / "stage" / f".{pod}.tmp"
+        tmp.write_text(stage)
+        tmp.rename(self.dir / "stage" / pod)
 
     def records(self, folder: str) -> list[dict[str, Any]]:
         path = self.dir / folder
@@ -70,8 +85,8 @@ class OperatorProcess:
 
 
 @pytest.fixture
-def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
-                 tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+def prover_account(kuzk_installed: Cluster, namespace: str) -> Iterator[Cluster]:
+    """The ``kuzk-prover`` ServiceAccount in the test's namespace, bound to its ClusterRole."""
     cluster = kuzk_installed
     with contextlib.suppress(ApiException):
         cluster.core.create_namespaced_service_account(
@@ -84,6 +99,18 @@ def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
                     "name": "kuzk-prover"},
         "subjects": [{"kind": "ServiceAccount", "name": "kuzk-prover", "namespace": namespace}],
     })
+    yield cluster
+    rbac.delete_cluster_role_binding(binding)
+
+
+def standin_command(plan: Plan) -> list[str]:
+    return [sys.executable, str(STANDIN), str(plan.dir)]
+
+
+@pytest.fixture
+def run_operator(prover_account: Cluster, namespace: str, plan: Plan,
+                 tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    cluster = prover_account
     started: list[OperatorProcess] = []
 
     def start(*extra: str, standalone: bool = True, namespaced: bool = True) -> OperatorProcess:
@@ -91,7 +118,7 @@ def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
         scope = ["--namespace", namespace] if namespaced else ["--all-namespaces"]
         argv = [
             sys.executable, "-m", "kuzk.cli", "operator", *scope,
-            "--prover-command", json.dumps([sys.executable, str(STANDIN), str(plan.dir)]),
+            "--prover-command", json.dumps(standin_command(plan)),
             "--prover-image", "kuzk-standin:test",
             *(["--standalone"] if standalone else []), *extra,
         ]
@@ -105,7 +132,63 @@ def run_operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
     yield start
     for op in started:
         op.stop()
-    rbac.delete_cluster_role_binding(binding)
+
+
+@dataclass
+class InProcessOperator:
+    """kuzk's handlers run by ``kopf.operator`` on an event loop in a thread of the test."""
+
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    memo: kopf.Memo
+    stop_flag: threading.Event
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime = wait_for(lambda: self.memo.get("runtime"), 60, "the operator's startup")
+        assert isinstance(runtime, Runtime)
+        return runtime
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the operator's loop (where its state lives) and return its result."""
+        async def run() -> T:
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.thread.join(timeout=60)
+
+
+@pytest.fixture
+def inprocess_operator(
+    prover_account: Cluster, namespace: str, plan: Plan, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[], InProcessOperator]]:
+    """Start the operator inside the test process (standalone, the test's namespace, the
+    stand-in prover), so a test can reach its runtime and its client's transport."""
+    monkeypatch.setenv("KUBECONFIG", str(prover_account.plane.kubeconfig))
+    started: list[InProcessOperator] = []
+
+    def start() -> InProcessOperator:
+        memo = handlers.configure(PodSettings(image="kuzk-standin:test",
+                                              command=tuple(standin_command(plan))))
+        loop, stop_flag = asyncio.new_event_loop(), threading.Event()
+
+        def main() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(kopf.operator(
+                standalone=True, namespaces=[namespace], memo=memo, stop_flag=stop_flag))
+            loop.close()
+
+        thread = threading.Thread(target=main, name="kuzk-operator", daemon=True)
+        thread.start()
+        op = InProcessOperator(loop, thread, memo, stop_flag)
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
 
 
 def proofjob(name: str, kind: str = "snap-update", **spec: Any) -> dict[str, Any]:

@@ -1,10 +1,13 @@
 """A stand-in prover for operator tests; it keeps the pod contract of DESIGN.md section 3.
 
 argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json``, a map from "<pod>", "<partition>:<attempt>",
-"<partition>" or "*" to {"exit": int, "message": str, "hold": bool, "seconds": float}; records
-its start in ``PLAN_DIR/started/<pod>`` and its end in ``PLAN_DIR/ended/<pod>`` (JSON with
-wall-clock times), waits for ``PLAN_DIR/go/<pod>`` or ``PLAN_DIR/go/all`` when told to hold,
-writes its result JSON to the termination message and exits with the planned code.
+"<partition>" or "*" to {"exit": int, "message": str, "hold": bool, "seconds": float,
+"claim": bool}; records its start in ``PLAN_DIR/started/<pod>`` and its end in
+``PLAN_DIR/ended/<pod>`` (JSON with wall-clock times), waits for ``PLAN_DIR/go/<pod>`` or
+``PLAN_DIR/go/all`` when told to hold, writes its result JSON to the termination message and
+exits with the planned code. With "claim" it reports its GPU worker through kuzk.workers as
+the real prover does (claim, stage "synthesizing", the stage named in ``PLAN_DIR/stage/<pod>``
+while it holds, release at its end); SIGTERM ends it without a release, as a killed prover.
 """
 
 import hashlib
@@ -42,9 +45,20 @@ def on_term(*_: object) -> None:
 signal.signal(signal.SIGTERM, on_term)
 for key in ("KUZK_JOB", "KUZK_JOB_UID", "KUZK_PROOF_KIND", "KUZK_INPUT", "POD_UID"):
     assert env.get(key), f"{key} missing from the pod env"
+reporter = None
+if plan.get("claim"):
+    from kuzk.workers import ProverReporter
+
+    reporter = ProverReporter.from_env()
+    reporter.claim()
+    reporter.on_stage("synthesizing")
 record("started")
 if plan.get("hold"):
+    stage_file, stage = plan_dir / "stage" / pod, "synthesizing"
     while not (plan_dir / "go" / pod).exists() and not (plan_dir / "go" / "all").exists():
+        if reporter is not None and stage_file.exists() and stage_file.read_text() != stage:
+            stage = stage_file.read_text()
+            reporter.on_stage(stage)
         time.sleep(0.05)
 else:
     time.sleep(float(plan.get("seconds", 0.3)))
@@ -56,5 +70,7 @@ if code == 0:
 else:
     result = {"error": plan.get("message", f"stand-in failed with {code}")}
 Path(env["TERMINATION_MESSAGE_PATH"]).write_text(json.dumps(result))
+if reporter is not None:
+    reporter.release("succeeded" if code == 0 else "failed")
 record("ended", exit=code)
 sys.exit(code)
