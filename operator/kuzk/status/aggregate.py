@@ -120,6 +120,7 @@ def pipeline(job: Job, snap: Snapshot, now: float) -> dict[str, Any]:
         "partitions_done": sum(p.state == DONE for p in job.partitions),
         "partitions_failed": sum(p.state == FAILED for p in job.partitions),
         "partitions": parts,
+        "resource_version": job.resource_version,
     }
 
 
@@ -127,7 +128,8 @@ def _opt(value: float | None) -> float | None:
     return None if value is None else _secs(value)
 
 
-def gpu_worker(node: str, w: Worker, snap: Snapshot, now: float) -> dict[str, Any]:
+def gpu_worker(wn: WorkerNode, w: Worker, snap: Snapshot, now: float) -> dict[str, Any]:
+    node = wn.node
     track = snap.history.workers.get((node, w.id))
     proving = w.state == "proving"
     start = snap.history.window_start(now)
@@ -152,6 +154,7 @@ def gpu_worker(node: str, w: Worker, snap: Snapshot, now: float) -> dict[str, An
         "busy_fraction_10m": _fraction(busy, now - start),
         "busy_seconds_total": _secs(track.busy_total(now)) if track else 0.0,
         "busy_strip_10m": strip(track, snap.history.started, now),
+        "resource_version": wn.resource_version,
     }
 
 
@@ -173,9 +176,9 @@ def strip(track: WorkerTrack | None, started: float, now: float) -> list[float |
 
 
 def workers(snap: Snapshot, now: float) -> list[dict[str, Any]]:
-    rows = [(wn.node, w) for wn in snap.worker_nodes for w in wn.workers]
-    rows.sort(key=lambda row: (natural(row[0]), natural(row[1].id)))
-    return [gpu_worker(node, w, snap, now) for node, w in rows]
+    rows = [(wn, w) for wn in snap.worker_nodes for w in wn.workers]
+    rows.sort(key=lambda row: (natural(row[0].node), natural(row[1].id)))
+    return [gpu_worker(wn, w, snap, now) for wn, w in rows]
 
 
 def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[str, Any]:

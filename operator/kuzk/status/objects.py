@@ -41,6 +41,7 @@ class Job:
     start_time: float | None
     completion_time: float | None
     partitions: tuple[Partition, ...]
+    resource_version: str = ""
 
     @property
     def job_id(self) -> str:
@@ -72,6 +73,7 @@ class WorkerNode:
     node: str
     workers: tuple[Worker, ...]
     stale_writes_rejected: int
+    resource_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ def job(obj: Mapping[str, Any]) -> Job:
         start_time=_time(status.get("startTime")),
         completion_time=_time(status.get("completionTime")),
         partitions=partitions,
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
@@ -187,6 +190,7 @@ def worker_node(obj: Mapping[str, Any]) -> WorkerNode:
         node=str(spec.get("nodeName") or meta.get("name", "")),
         workers=tuple(workers),
         stale_writes_rejected=_int(status.get("staleWritesRejected")) or 0,
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 

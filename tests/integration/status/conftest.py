@@ -1,0 +1,80 @@
+"""Status-server integration fixtures: ``status_server`` (``kuzk status-server`` for this
+test's namespace, stopped afterwards), ``plan`` (steers the operator tests' stand-in prover)
+and ``operator`` (``kuzk operator`` for this namespace: the stand-in prover by default, the
+real one with ``operator(real_prover=True)``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.integration.operator.conftest import STANDIN, Plan
+from tests.integration.status.server import StatusServer, start
+from tests.testenv.cluster import Cluster
+from tests.testenv.controlplane import stop_group
+
+
+@pytest.fixture
+def status_server(kuzk_installed: Cluster, namespace: str,
+                  tmp_path: Path) -> Iterator[Callable[..., StatusServer]]:
+    """``status_server(*extra_flags)`` starts one watching this test's namespace."""
+    started: list[StatusServer] = []
+
+    def launch(*extra: str) -> StatusServer:
+        server = start(kuzk_installed, tmp_path / f"status-{len(started)}.log",
+                       "--namespace", namespace, *extra)
+        started.append(server)
+        return server
+
+    yield launch
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def plan(tmp_path: Path) -> Plan:
+    (tmp_path / "plan").mkdir()
+    return Plan(tmp_path / "plan")
+
+
+@pytest.fixture
+def operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
+             tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    cluster = kuzk_installed
+    with contextlib.suppress(ApiException):
+        cluster.core.create_namespaced_service_account(
+            namespace, {"metadata": {"name": "kuzk-prover"}})
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    binding = f"kuzk-prover-{namespace}"
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "kuzk-prover"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kuzk-prover", "namespace": namespace}],
+    })
+    started: list[subprocess.Popen[bytes]] = []
+
+    def launch(*, real_prover: bool = False) -> subprocess.Popen[bytes]:
+        prover = ["kuzk-prover"] if real_prover else [sys.executable, str(STANDIN),
+                                                      str(plan.dir)]
+        argv = [sys.executable, "-m", "kuzk.cli", "operator", "--namespace", namespace,
+                "--standalone", "--prover-command", json.dumps(prover),
+                "--prover-image", "kuzk-prover:test"]
+        with (tmp_path / f"operator-{len(started)}.log").open("wb") as out:
+            proc = subprocess.Popen(argv, env=cluster.env(), stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        started.append(proc)
+        return proc
+
+    yield launch
+    for proc in started:
+        stop_group(proc, grace=20)
+    rbac.delete_cluster_role_binding(binding)
