@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -21,8 +22,19 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60)
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
-    args = ["template", "kz", str(CHART), "-n", "kuzk-system", "--kube-version", "1.37.2"]
+KUBE = "1.37.2"
+# Every optional part of the chart switched on.
+ALL_ON = (
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.serviceMonitor.labels.release=prometheus",
+    "operator.watchNamespaces={team-a,team-b}",
+    "prover.namespaces={team-a,team-b}",
+    "statusServer.serviceType=NodePort",
+)
+
+
+def render(*sets: str, release: str = "kz", extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    args = ["template", release, str(CHART), "-n", "kuzk-system", "--kube-version", KUBE, *extra]
     for s in sets:
         args += ["--set", s]
     out = helm(*args)
@@ -30,9 +42,106 @@ def render(*sets: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def test_chart_lints() -> None:
-    out = helm("lint", str(CHART), "--kube-version", "1.37.2")
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+@pytest.mark.parametrize("sets", [(), ALL_ON], ids=["defaults", "all-on"])
+def test_chart_lints_strict(sets: tuple[str, ...]) -> None:
+    args = ["lint", "--strict", str(CHART), "--kube-version", KUBE]
+    for s in sets:
+        args += ["--set", s]
+    out = helm(*args)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("sets", [(), ALL_ON], ids=["defaults", "all-on"])
+def test_manifests_validate_against_the_kubernetes_schemas(sets: tuple[str, ...]) -> None:
+    docs = render(*sets, extra=("--include-crds",))
+    kinds = {d["kind"] for d in docs}
+    assert {"CustomResourceDefinition", "Deployment", "Service", "ValidatingAdmissionPolicy",
+            "Job", "PriorityClass"} <= kinds
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor":
+            continue  # a Prometheus Operator kind: no Kubernetes schema; checked below
+        kubernetes_validate.validate(doc, KUBE, strict=True)
+    assert ("ServiceMonitor" in kinds) == bool(sets)
+
+
+def test_status_server_deployment_service_and_probes() -> None:
+    docs = render()
+    deploy = one(docs, "Deployment", "kz-kuzk-status")
+    assert deploy["spec"]["replicas"] == 2
+    pod = deploy["spec"]["template"]
+    assert deploy["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "kuzk-status-server", "app.kubernetes.io/instance": "kz"}
+    (c,) = pod["spec"]["containers"]
+    assert c["args"][0] == "status-server"
+    assert "--port=9821" in c["args"] and "--keep-finished=10m" in c["args"]
+    assert c["ports"] == [{"name": "http", "containerPort": 9821}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert pod["spec"]["serviceAccountName"] == "kz-kuzk-status"
+    operator = one(docs, "Deployment", "kz-kuzk-operator")["spec"]["template"]["spec"]
+    assert pod["spec"]["securityContext"] == operator["securityContext"]
+    assert c["securityContext"] == operator["containers"][0]["securityContext"]
+
+    svc = one(docs, "Service", "kz-kuzk-status")
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 9821, "targetPort": "http",
+                                     "protocol": "TCP"}]
+    assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": "9821",
+              "prometheus.io/path": "/metrics"}
+    assert pod["metadata"]["annotations"] == scrape
+    assert svc["metadata"]["annotations"] == scrape
+    quiet = render("metrics.annotations=false", "statusServer.replicas=3")
+    assert "annotations" not in one(quiet, "Service", "kz-kuzk-status")["metadata"]
+    assert one(quiet, "Deployment", "kz-kuzk-status")["spec"]["replicas"] == 3
+
+
+def test_status_server_rbac_is_read_only() -> None:
+    docs = render()
+    role = one(docs, "ClusterRole", "kz-kuzk-status")
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {("kuzk.io", "proofjobs"): {"get", "list", "watch"},
+                       ("kuzk.io", "workerstatuses"): {"get", "list", "watch"},
+                       ("", "pods"): {"get", "list", "watch"},
+                       ("", "nodes"): {"get", "list", "watch"}}
+    binding = one(docs, "ClusterRoleBinding", "kz-kuzk-status")
+    assert binding["roleRef"]["name"] == "kz-kuzk-status"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kz-kuzk-status",
+                                    "namespace": "kuzk-system"}]
+
+
+def test_service_monitor_when_enabled_or_when_its_api_exists() -> None:
+    assert "ServiceMonitor" not in {d["kind"] for d in render()}
+    sm = one(render("metrics.serviceMonitor.enabled=true",
+                    "metrics.serviceMonitor.labels.release=prom"), "ServiceMonitor",
+             "kz-kuzk-status")
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "kuzk-status-server"
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
+                                        "scrapeTimeout": "10s"}]
+    detected = render(extra=("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"))
+    assert "ServiceMonitor" in {d["kind"] for d in detected}
+
+
+def test_two_releases_share_no_cluster_scoped_name() -> None:
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding"}
+    names = {}
+    for release in ("one", "two"):
+        docs = render("priorityClasses.create=false", release=release)
+        names[release] = {(d["kind"], d["metadata"]["name"]) for d in docs
+                          if d["kind"] in cluster_scoped}
+        policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+        binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        assert policy["metadata"]["name"] == f"{release}-kuzk-prover-own-node"
+        assert {k for k, _ in names[release]} == cluster_scoped
+    assert not names["one"] & names["two"]
 
 
 def test_priority_classes_match_the_proof_kinds() -> None:
@@ -75,13 +184,16 @@ def test_containers_are_locked_down() -> None:
 
 
 def test_operator_args_follow_values() -> None:
-    (deploy,) = [d for d in render("operator.watchNamespaces={x,y}", "operator.replicas=3")
-                 if d["kind"] == "Deployment"]
+    docs = render("operator.watchNamespaces={x,y}", "operator.replicas=3")
+    deploy = one(docs, "Deployment", "kz-kuzk-operator")
     assert deploy["spec"]["replicas"] == 3
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "operator"
     assert "--namespace=x" in args and "--namespace=y" in args
     assert '--prover-command=["kuzk-prover"]' in args
+    status = one(docs, "Deployment", "kz-kuzk-status")["spec"]["template"]["spec"]
+    status_args = status["containers"][0]["args"]
+    assert "--namespace=x" in status_args and "--namespace=y" in status_args
 
 
 @pytest.mark.parametrize(
@@ -92,6 +204,12 @@ def test_operator_args_follow_values() -> None:
         ("prover.gpuResource=gpu", "gpuResource"),
         ("operator.bogus=1", "bogus"),
         ("priorityClasses.normal=-5", "normal"),
+        ("statusServer.replicas=0", "replicas"),
+        ("statusServer.keepFinished=ten", "keepFinished"),
+        ("statusServer.logFormat=xml", "logFormat"),
+        ("metrics.serviceMonitor.interval=often", "interval"),
+        ("statusServer.resources.limits.memory=lots", "memory"),
+        ("metrics.bogus=1", "bogus"),
     ],
 )
 def test_bad_values_fail_at_render_time(setting: str, named: str) -> None:

@@ -4,12 +4,39 @@ app.kubernetes.io/name: kuzk-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{- define "kuzk.labels" -}}
-{{ include "kuzk.selectorLabels" . }}
+{{- define "kuzk.commonLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: kuzk
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kuzk.labels" -}}
+{{ include "kuzk.selectorLabels" . }}
+{{ include "kuzk.commonLabels" . }}
+{{- end }}
+
+{{- define "kuzk.statusSelectorLabels" -}}
+app.kubernetes.io/name: kuzk-status-server
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kuzk.statusLabels" -}}
+{{ include "kuzk.statusSelectorLabels" . }}
+{{ include "kuzk.commonLabels" . }}
+{{- end }}
+
+{{- define "kuzk.statusName" -}}
+{{ include "kuzk.fullname" . }}-status
+{{- end }}
+
+{{/* Where Prometheus finds the status server's metrics (pods and Service carry them). */}}
+{{- define "kuzk.scrapeAnnotations" -}}
+{{- if .Values.metrics.annotations -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.statusServer.port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
 {{- end }}
 
 {{- define "kuzk.fullname" -}}
@@ -37,6 +64,13 @@ readOnlyRootFilesystem: true
 runAsNonRoot: true
 capabilities:
   drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "kuzk.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
