@@ -14,6 +14,12 @@ Two things differ from a real kubelet because a process cannot have files mounte
 paths: the termination-message file's path is given in ``TERMINATION_MESSAGE_PATH``, and the
 ServiceAccount credentials come as ``KUBECONFIG`` instead of the in-cluster token files.
 Container restart back-off is 1 s doubling to 10 s (a real kubelet uses 10 s to 5 min).
+A pod whose images are all in the local podman store runs as real containers instead, with
+the real mounts and no such workarounds (``tests/testenv/containers.py``).
+
+Like a real kubelet it rides out an API server outage: status updates, token requests and the
+final delete try again until they get through (``ProcessKubelet.through_outage``), and the pod
+watch relists, stopping the runners of pods deleted while it could not watch.
 """
 
 from __future__ import annotations
@@ -33,15 +39,18 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import urllib3
 import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 log = logging.getLogger("kuzk.testenv.kubelet")
+T = TypeVar("T")
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HEARTBEAT_SECONDS = 10.0
@@ -66,6 +75,14 @@ def expand(value: str, env: dict[str, str]) -> str:
         return env.get(name, m.group(0))
 
     return _VAR.sub(sub, value)
+
+
+def transient(error: BaseException) -> bool:
+    """An API call that may succeed later: no connection, or a 5xx or 429 answer."""
+    if isinstance(error, ApiException):
+        code = int(error.status or 0)
+        return code in (0, 429) or code >= 500
+    return isinstance(error, urllib3.exceptions.HTTPError | OSError)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -169,6 +186,27 @@ class ProcessKubelet:
                         )
                     self.core.delete_namespaced_pod(md.name, md.namespace, grace_period_seconds=0)
 
+    def through_outage(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, tried again with backoff (0.2 s doubling to 2 s) for as long as it
+        fails transiently, as a kubelet's status manager does; an error that is not
+        transient, or any error once the kubelet stops, is raised."""
+        delay, failures = 0.2, 0
+        while True:
+            try:
+                result = call()
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+                if not transient(error) or self.stopping.is_set():
+                    raise
+                if failures == 0:
+                    log.warning("%s: %s; trying again", what, type(error).__name__)
+                failures += 1
+            else:
+                if failures:
+                    log.info("%s went through after %d failed tries", what, failures)
+                return result
+            self.stopping.wait(delay)
+            delay = min(delay * 2, 2.0)
+
     # --- nodes -------------------------------------------------------------------------
     def _node_status(self, spec: NodeSpec) -> dict[str, Any]:
         resources = {"cpu": spec.cpu, "memory": spec.memory, "pods": spec.pods,
@@ -245,8 +283,11 @@ class ProcessKubelet:
         while not self.stopping.is_set():
             try:
                 pods = self.core.list_pod_for_all_namespaces()
+                listed: set[str] = set()
                 for pod in pods.items:
+                    listed.add(pod.metadata.uid)
                     self._on_pod(self.api.sanitize_for_serialization(pod))
+                self._kill_unlisted(listed)
                 rv = pods.metadata.resource_version
                 w = watch.Watch()
                 for ev in w.stream(self.core.list_pod_for_all_namespaces, resource_version=rv,
@@ -280,11 +321,21 @@ class ProcessKubelet:
                     return
                 if self.stopping.is_set():
                     return
-                runner = PodRunner(self, pod)
+                runner = _runner(self, pod)
                 self.runners[uid] = runner
                 runner.start()
         if pod["metadata"].get("deletionTimestamp"):
             runner.request_delete(pod)
+
+    def _kill_unlisted(self, listed: set[str]) -> None:
+        """Stop the runners of pods that are gone: deleted while the watch was down, so no
+        DELETED event will ever come for them."""
+        with self.lock:
+            gone = [r for uid, r in self.runners.items() if uid not in listed]
+        for runner in gone:
+            log.info("pod %s/%s is gone from the API server; stopping it", runner.namespace,
+                     runner.name)
+            runner.kill()
 
     def _on_deleted(self, pod: dict[str, Any]) -> None:
         with self.lock:
@@ -294,13 +345,16 @@ class ProcessKubelet:
 
     def _finish_delete(self, pod: dict[str, Any]) -> None:
         md = pod["metadata"]
-        with contextlib.suppress(ApiException):
-            self.core.delete_namespaced_pod(
-                md["name"], md["namespace"], grace_period_seconds=0,
-                body=client.V1DeleteOptions(
-                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=md["uid"])
-                ),
-            )
+        with contextlib.suppress(ApiException, urllib3.exceptions.HTTPError, OSError):
+            self.through_outage(f"delete of {md['namespace']}/{md['name']}", lambda: (
+                self.core.delete_namespaced_pod(
+                    md["name"], md["namespace"], grace_period_seconds=0,
+                    body=client.V1DeleteOptions(
+                        grace_period_seconds=0,
+                        preconditions=client.V1Preconditions(uid=md["uid"]),
+                    ),
+                )
+            ))
 
     def forget(self, uid: str) -> None:
         with self.lock:
@@ -392,6 +446,7 @@ class PodRunner(threading.Thread):
         self.ip = kubelet.addresses.take()
         self.start_time = now()
         self.lock = threading.RLock()
+        self.push_lock = threading.Lock()  # one status update at a time, the newest last
         self.deleting = threading.Event()
         self.killed = threading.Event()
         self.grace = float(pod["spec"].get("terminationGracePeriodSeconds", 30))
@@ -445,9 +500,9 @@ class PodRunner(threading.Thread):
             out.append(cond)
         return out
 
-    def push(self) -> None:
+    def _status(self) -> dict[str, Any]:
         with self.lock:
-            status: dict[str, Any] = {
+            return {
                 "phase": self.phase,
                 "conditions": self._conditions(),
                 "hostIP": "127.0.0.1",
@@ -459,15 +514,24 @@ class PodRunner(threading.Thread):
                 "reason": self.reason,
                 "message": self.message,
             }
-        try:
-            self.pod = self.kubelet.api.sanitize_for_serialization(
-                self.kubelet.core.patch_namespaced_pod_status(
-                    self.name, self.namespace, {"status": status}
+
+    def push(self) -> None:
+        """Report the pod's status, trying again through an API outage; every try sends the
+        status as it is then, so the last update to land is the newest."""
+        what = f"status of {self.namespace}/{self.name}"
+        with self.push_lock:
+            try:
+                patched = self.kubelet.through_outage(
+                    what,
+                    lambda: self.kubelet.core.patch_namespaced_pod_status(
+                        self.name, self.namespace, {"status": self._status()}
+                    ),
                 )
-            )
-        except ApiException as e:
-            if e.status != 404:
-                log.warning("status of %s/%s: %s", self.namespace, self.name, e.reason)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                if not (isinstance(e, ApiException) and e.status == 404):
+                    log.warning("%s: %s", what, type(e).__name__)
+                return
+            self.pod = self.kubelet.api.sanitize_for_serialization(patched)
 
     # --- environment -------------------------------------------------------------------
     def _field(self, path: str) -> str:
@@ -493,11 +557,16 @@ class PodRunner(threading.Thread):
 
     def _key_ref(self, kind: str, ref: dict[str, Any]) -> str | None:
         try:
+            core, what = self.kubelet.core, f"{kind} {self.namespace}/{ref['name']}"
             if kind == "configMapKeyRef":
-                cm = self.kubelet.core.read_namespaced_config_map(ref["name"], self.namespace)
+                cm = self.kubelet.through_outage(
+                    what, lambda: core.read_namespaced_config_map(ref["name"], self.namespace)
+                )
                 data = cm.data
             else:
-                raw = self.kubelet.core.read_namespaced_secret(ref["name"], self.namespace).data
+                raw = self.kubelet.through_outage(
+                    what, lambda: core.read_namespaced_secret(ref["name"], self.namespace)
+                ).data
                 data = {k: base64.b64decode(v).decode() for k, v in (raw or {}).items()}
         except ApiException:
             data = None
@@ -549,8 +618,11 @@ class PodRunner(threading.Thread):
                 ),
             )
         )
-        token = self.kubelet.core.create_namespaced_service_account_token(
-            sa, self.namespace, req
+        token = self.kubelet.through_outage(
+            f"token for {self.namespace}/{sa}",
+            lambda: self.kubelet.core.create_namespaced_service_account_token(
+                sa, self.namespace, req
+            ),
         ).status.token
         path = self.dir / "kubeconfig"
         kc = {
@@ -595,18 +667,7 @@ class PodRunner(threading.Thread):
         c.started = False
         c.killed_by_liveness = False
         try:
-            env = self._env(c)
-            argv = [expand(a, env) for a in (c.spec.get("command") or [])]
-            argv += [expand(a, env) for a in (c.spec.get("args") or [])]
-            if not argv:
-                msg = "the process kubelet needs an explicit command (no image entrypoint)"
-                raise ValueError(msg)
-            cwd = c.spec.get("workingDir") or str(self.dir)
-            with c.log.open("ab") as out:
-                c.proc = subprocess.Popen(
-                    argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
-                )
+            c.proc = self._popen(c, self._env(c))
         except (OSError, ValueError) as e:
             c.proc = None
             c.terminated = {
@@ -620,6 +681,19 @@ class PodRunner(threading.Thread):
         if not c.spec.get("readinessProbe"):
             c.ready = True
         threading.Thread(target=self._probe_loop, args=(c, c.proc), daemon=True).start()
+
+    def _popen(self, c: ContainerState, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        argv = [expand(a, env) for a in (c.spec.get("command") or [])]
+        argv += [expand(a, env) for a in (c.spec.get("args") or [])]
+        if not argv:
+            msg = "the process kubelet needs an explicit command (no image entrypoint)"
+            raise ValueError(msg)
+        cwd = c.spec.get("workingDir") or str(self.dir)
+        with c.log.open("ab") as out:
+            return subprocess.Popen(
+                argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
 
     def _message(self, c: ContainerState, exit_code: int) -> str:
         try:
@@ -863,6 +937,15 @@ class PodRunner(threading.Thread):
             threading.Thread(target=self._stop_container, args=(c, float(grace)),
                              daemon=True).start()
             counter[1] = 0
+
+
+def _runner(kubelet: ProcessKubelet, pod: dict[str, Any]) -> PodRunner:
+    """Containers for a pod whose images are all in the local podman store, else processes."""
+    from tests.testenv import containers  # it builds on PodRunner, so it imports this module
+
+    if containers.runs_as_containers(pod):
+        return containers.ContainerRunner(kubelet, pod)
+    return PodRunner(kubelet, pod)
 
 
 class _AdmissionError(Exception):
