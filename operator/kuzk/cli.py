@@ -110,6 +110,13 @@ def _parser() -> argparse.ArgumentParser:
         help="ServiceAccount of partition pods (default kuzk-prover)",
     )
     op.add_argument(
+        "--prover-kernel-cache-host-path",
+        type=_absolute_path,
+        default=None,
+        help="node directory shared by a node's partition pods for CuPy's compiled kernels"
+        " (default: an emptyDir per pod); a ProofJob's prover.kernelCacheHostPath wins",
+    )
+    op.add_argument(
         "--liveness-endpoint",
         default=None,
         metavar="URL",
@@ -147,6 +154,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--log-format", choices=["plain", "json"], default="plain")
     return parser
+
+
+def _absolute_path(text: str) -> str:
+    if not text.startswith("/"):
+        msg = f"expected an absolute path, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return text
 
 
 def _port(text: str) -> int:
@@ -237,6 +251,7 @@ def run_operator(args: argparse.Namespace) -> int:
                 command=tuple(args.prover_command),
                 gpu_resource=args.gpu_resource,
                 service_account_name=args.prover_service_account,
+                kernel_cache_host_path=args.prover_kernel_cache_host_path,
             ),
             peering,
         )

@@ -72,6 +72,15 @@ def _proofjob_spec() -> dict[str, Any]:
                 minLength=1,
                 maxLength=253,
             ),
+            "kernelCacheHostPath": string(
+                "Absolute path of a node directory where the prover pods of a node share"
+                " CuPy's compiled kernels (mounted at /var/cache/kuzk; it must be writable by"
+                " the prover's user). Defaults to the operator's --prover-kernel-cache-host-path;"
+                " when neither is set, each pod compiles into an emptyDir of its own. A"
+                " hostPath volume is not admitted by the restricted Pod Security level.",
+                pattern="^/",
+                maxLength=4096,
+            ),
         },
     )
     spec = obj(

@@ -6,6 +6,7 @@ tests and a replacement prover image all read one definition.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,20 @@ from kuzk import api
 
 CONTAINER_NAME = "prover"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+KERNEL_CACHE_VOLUME = "kernel-cache"
+KERNEL_CACHE_DIR = "/var/cache/kuzk"
+CUPY_CACHE_DIR = f"{KERNEL_CACHE_DIR}/cupy"
+# The Pod Security Standards' "restricted" level, which partition pods meet: they run as the
+# image's non-root user with nothing but a writable kernel cache.
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 @dataclass(frozen=True)
@@ -25,6 +40,9 @@ class PodSettings:
     command: Sequence[str] = ("kuzk-prover",)
     gpu_resource: str = "nvidia.com/gpu"
     service_account_name: str = "kuzk-prover"
+    # A node directory that keeps CuPy's compiled kernels for every prover pod of the node;
+    # None keeps them in an emptyDir, for the pod's life only.
+    kernel_cache_host_path: str | None = None
 
 
 def build_pod(
@@ -49,7 +67,9 @@ def pod_manifest(
         "serviceAccountName": settings.service_account_name,
         "priorityClassName": spec.priority_class_name,
         "enableServiceLinks": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "containers": [_container(spec, partition, attempt, settings)],
+        "volumes": [kernel_cache_volume(spec, settings)],
     }
     if spec.node_selector is not None:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
@@ -90,6 +110,17 @@ def pod_labels(spec: api.JobSpec, partition: int, attempt: int) -> dict[str, str
     }
 
 
+def kernel_cache_volume(spec: api.JobSpec, settings: PodSettings) -> dict[str, Any]:
+    """Where CuPy keeps its compiled kernels: the node directory the job or the operator
+    names (compiled once per node), else an emptyDir (once per pod)."""
+    host_path = spec.kernel_cache_host_path or settings.kernel_cache_host_path
+    if host_path:
+        source = {"hostPath": {"path": host_path, "type": "DirectoryOrCreate"}}
+    else:
+        source = {"emptyDir": {}}
+    return {"name": KERNEL_CACHE_VOLUME, **source}
+
+
 def prover_input(spec: api.JobSpec) -> dict[str, Any]:
     """What ``KUZK_INPUT`` carries: everything a prover needs to rebuild a partition."""
     return {
@@ -115,6 +146,7 @@ def _container(
         "KUZK_ATTEMPT": str(attempt),
         "KUZK_PROOF_KIND": spec.proof_kind,
         "KUZK_INPUT": json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
+        "CUPY_CACHE_DIR": CUPY_CACHE_DIR,
     }
     fields = {
         "POD_NAME": "metadata.name",
@@ -133,6 +165,8 @@ def _container(
         "command": list(settings.command),
         "env": env,
         "resources": resources,
+        "volumeMounts": [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_DIR}],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

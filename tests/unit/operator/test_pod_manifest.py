@@ -70,6 +70,7 @@ def test_env_and_downward_api():
         "KUZK_ATTEMPT": "3",
         "KUZK_PROOF_KIND": "snap-update",
         "KUZK_INPUT": plain["KUZK_INPUT"],
+        "CUPY_CACHE_DIR": "/var/cache/kuzk/cupy",
     }
     assert json.loads(plain["KUZK_INPUT"]) == {
         "sector": {"miner": 1000, "number": 7},

@@ -1,0 +1,73 @@
+"""Partition pods are hardened (the restricted Pod Security level) and keep CuPy's kernels in
+a writable volume: an emptyDir by default, a node directory when the operator or the job
+names one."""
+
+from __future__ import annotations
+
+import pytest
+
+from kuzk import api
+from kuzk.pods import PodSettings, build_pod
+from tests.unit.operator.objects import Make
+
+SETTINGS = PodSettings(image="kuzk/prover:1")
+
+
+def test_restricted_security_context():
+    spec = build_pod(Make.job(), 0, 1, SETTINGS)["spec"]
+    container = spec["containers"][0]
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_each_pod_gets_its_own_copy_of_the_security_context():
+    first = build_pod(Make.job(), 0, 1, SETTINGS)
+    first["spec"]["securityContext"]["runAsUser"] = 0
+    first["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"].clear()
+    second = build_pod(Make.job(), 1, 1, SETTINGS)
+    assert "runAsUser" not in second["spec"]["securityContext"]
+    assert second["spec"]["containers"][0]["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]
+    }
+
+
+def _cache(pod):
+    (volume,) = pod["spec"]["volumes"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["volumeMounts"] == [{"name": volume["name"], "mountPath": "/var/cache/kuzk"}]
+    assert env["CUPY_CACHE_DIR"] == "/var/cache/kuzk/cupy"
+    return {k: v for k, v in volume.items() if k != "name"}
+
+
+def test_kernel_cache_is_an_empty_dir_by_default():
+    assert _cache(build_pod(Make.job(), 0, 1, SETTINGS)) == {"emptyDir": {}}
+
+
+@pytest.mark.parametrize(
+    ("operator_path", "job_path", "expected"),
+    [
+        ("/var/lib/kuzk/kernels", None, "/var/lib/kuzk/kernels"),
+        (None, "/srv/cupy", "/srv/cupy"),
+        ("/var/lib/kuzk/kernels", "/srv/cupy", "/srv/cupy"),
+    ],
+    ids=["operator", "job", "job-wins"],
+)
+def test_kernel_cache_on_the_node(operator_path, job_path, expected):
+    settings = PodSettings(image="kuzk/prover:1", kernel_cache_host_path=operator_path)
+    prover = {"kernelCacheHostPath": job_path} if job_path else {}
+    pod = build_pod(Make.job(prover=prover), 0, 1, settings)
+    assert _cache(pod) == {"hostPath": {"path": expected, "type": "DirectoryOrCreate"}}
+
+
+def test_resolve_reads_the_job_field():
+    job = Make.job(prover={"kernelCacheHostPath": "/srv/cupy"})
+    assert api.resolve(job).kernel_cache_host_path == "/srv/cupy"
+    assert api.resolve(Make.job()).kernel_cache_host_path is None
