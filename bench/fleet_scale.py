@@ -174,8 +174,9 @@ def audit_policy(user: str) -> Obj:
 def operator_rbac(cluster: Cluster) -> tuple[list[Obj], str]:
     """The chart's operator ClusterRole and binding for release RELEASE in SYSTEM_NS, and the
     ServiceAccount the binding names."""
+    version = client.VersionApi(cluster.api).get_code().git_version
     rendered = cluster.helm("template", RELEASE, str(ROOT / "charts" / "kuzk"),
-                            "--namespace", SYSTEM_NS,
+                            "--namespace", SYSTEM_NS, "--kube-version", version,
                             "--show-only", "templates/operator-rbac.yaml").stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
@@ -411,8 +412,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=200, help="jobs per system (default 200)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0), metavar=("MIN", "MAX"),
                         help="seconds a stand-in partition works (default 0.5 2.0)")
-    parser.add_argument("--heartbeat", type=float, default=0.5,
-                        help="stand-in heartbeat interval in seconds (default 0.5)")
+    parser.add_argument("--heartbeat", type=float, default=1.0,
+                        help="stand-in heartbeat interval in seconds (default 1)")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds each phase may take (default 1800)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")

@@ -12,7 +12,7 @@ hash of job name and partition, so both systems of a benchmark get the same work
 the worker and writes a result to the pod's termination message. A pod that is killed closes
 its socket: the server then releases the worker as failed and stops.
 
-    python bench/fleet_standin.py --kubeconfig K [--heartbeat 0.5] [--work 0.5 2.0]
+    python bench/fleet_standin.py --kubeconfig K [--heartbeat 1] [--work 0.5 2.0]
 
 It prints ``PORT <n>`` when it listens; a connection that sends ``STATS`` gets its counters
 as JSON (pods served, writes by kind, PUTs and 409s, claim and release latencies, writes that
@@ -239,8 +239,8 @@ def stats_of(port: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True, help="the provers' credentials")
-    parser.add_argument("--heartbeat", type=float, default=0.5,
-                        help="seconds between heartbeats (default 0.5)")
+    parser.add_argument("--heartbeat", type=float, default=1.0,
+                        help="seconds between heartbeats (default 1)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0),
                         metavar=("MIN", "MAX"), help="seconds a partition works (0.5 2.0)")
     args = parser.parse_args(argv)

@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -406,6 +407,54 @@ def report(samples: list[Sample], partitions: list[int]) -> None:
         print(f"{p:>3}  {all_pods:8.2f} {complete:8.2f}  {verdict}")
 
 
+# --- timeline ------------------------------------------------------------------------------
+def timeline_policy(namespaces: list[str]) -> Obj:
+    """Every request in the ProofJobs' namespaces but watches, at Metadata level."""
+    return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+            "omitStages": ["RequestReceived", "ResponseStarted"],
+            "rules": [{"level": "None", "verbs": ["watch"]},
+                      {"level": "Metadata", "namespaces": namespaces}, {"level": "None"}]}
+
+
+def timeline(audit_log: Path, namespace: str) -> str:
+    """The requests in ``namespace`` from the ProofJob's create to the last pod create, in ms
+    after the create reached kube-apiserver; runs of one call by one client are one line."""
+    events = []
+    with audit_log.open() as f:
+        for line in f:
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if ref.get("namespace") != namespace:
+                continue
+            resource = ref.get("resource", "?") + (
+                f"/{ref['subresource']}" if ref.get("subresource") else "")
+            agent = (event.get("userAgent") or "?").split("/")[0]
+            at = datetime.fromisoformat(event["requestReceivedTimestamp"])
+            done = datetime.fromisoformat(event["stageTimestamp"])
+            events.append((at, done, f"{event['verb']} {resource}", agent,
+                           (event.get("responseStatus") or {}).get("code")))
+    events.sort()
+    start = next((e[0] for e in events if e[2] == f"create {api.PROOFJOB_PLURAL}"), None)
+    last = max((e[0] for e in events if e[2] == "create pods"), default=None)
+    if start is None or last is None:
+        return f"  timeline of {namespace}: no ProofJob or pod create in the audit log"
+    lines = [f"  timeline of {namespace} (ms after the ProofJob's create reached the API server;"
+             " received-answered, count, client, status)"]
+    runs: list[list[Any]] = []
+    for at, done, call, agent, code in events:
+        if not start <= at <= last:
+            continue
+        if runs and runs[-1][2] == call and runs[-1][3] == agent:
+            runs[-1][1], runs[-1][4] = done, runs[-1][4] + 1
+        else:
+            runs.append([at, done, call, agent, 1, code])
+    for at, done, call, agent, count, code in runs:
+        first = (at - start).total_seconds() * 1000
+        end = (done - start).total_seconds() * 1000
+        lines.append(f"    {first:7.1f}-{end:7.1f}  {call:<28} x{count:<3} {agent} {code}")
+    return "\n".join(lines)
+
+
 # --- main ----------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -417,6 +466,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds each stand-in pod works (default: the stand-in's 0.3)")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's log here (default: a temporary folder)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="after each ProofJob run, print the API requests in its namespace "
+                        "from the create to the last pod (from kube-apiserver's audit log)")
     return parser
 
 
@@ -453,7 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         log_dir = args.log_dir or Path(tmp)
         log_dir.mkdir(parents=True, exist_ok=True)
         operator_log = log_dir / "operator.log"
-        plane = ControlPlane()
+        kuzk_namespaces = [warmups[KUZK]] + [ns for run, ns in namespaces.items()
+                                             if run[0] == KUZK]
+        plane = ControlPlane(audit_policy=timeline_policy(kuzk_namespaces)
+                             if args.timeline else None)
         plane.start()
         stack.callback(plane.stop)
         cluster = Cluster(plane)
@@ -488,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
                 samples.append(s)
                 print(f"{p:>3}  {system:<6} {rep:>3} {s.t_first_pod:13.2f} {s.t_all_pods:12.2f} "
                       f"{s.t_complete:12.2f}  {s.namespace}", flush=True)
+                if args.timeline and system == KUZK:
+                    print(timeline(plane.audit_log, s.namespace), flush=True)
                 bench.cleanup(namespaces[run])
         except BaseException:
             code = operator.poll()

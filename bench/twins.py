@@ -5,8 +5,8 @@ identical pods. The twin's pod template comes from kuzk's own pod builder
 (``kuzk.pods.build_pod``): same command, image, env, GPU limit, ServiceAccount and
 PriorityClass; only what a Job cannot know before it exists is taken from the Job's pods
 instead: ``KUZK_PARTITION`` from the completion index and ``KUZK_JOB_UID`` from the Job
-controller's ``controller-uid`` label. The operator's own labels, finalizer and owner
-reference stay off the twin (the Job controller owns its pods).
+controller's ``controller-uid`` label. The labels naming a job, partition and attempt, the
+finalizer and the owner reference stay off the twin (the Job controller owns its pods).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-ind
 CONTROLLER_UID = "metadata.labels['batch.kubernetes.io/controller-uid']"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 FROM_THE_JOB = {"KUZK_PARTITION": COMPLETION_INDEX, "KUZK_JOB_UID": CONTROLLER_UID}
+PER_PARTITION = (api.LABEL_JOB, api.LABEL_PARTITION, api.LABEL_ATTEMPT)
 
 
 def proofjob(name: str, proof_kind: str, *, partitions: int | None = None,
@@ -51,12 +52,15 @@ def indexed_job(proof_job: Mapping[str, Any], namespace: str,
             if e["name"] in FROM_THE_JOB else e
             for e in container["env"]
         ]
+    # The builder's labels but the job's and partition's: the Job controller adds its own.
+    # Managed-by kuzk, the operator's worker sweep counts the twin's pods as live.
+    labels = {k: v for k, v in pod["metadata"]["labels"].items() if k not in PER_PARTITION}
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": spec.partitions,
         "parallelism": spec.partitions,
         "backoffLimitPerIndex": spec.backoff_limit_per_partition,
-        "template": {"spec": pod_spec},
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
     }
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
