@@ -23,6 +23,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from kubernetes.config import kube_config
 
 from kuzk import api, handlers
 from kuzk.pods import PodSettings
@@ -166,7 +167,10 @@ def inprocess_operator(
 ) -> Iterator[Callable[[], InProcessOperator]]:
     """Start the operator inside the test process (standalone, the test's namespace, the
     stand-in prover), so a test can reach its runtime and its client's transport."""
+    # The kubernetes client reads KUBECONFIG once, at import: point its default there.
     monkeypatch.setenv("KUBECONFIG", str(prover_account.plane.kubeconfig))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION",
+                        str(prover_account.plane.kubeconfig))
     started: list[InProcessOperator] = []
 
     def start() -> InProcessOperator:
