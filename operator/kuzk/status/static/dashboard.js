@@ -104,12 +104,20 @@ function renderJobs(d, drift) {
   const jobs = d.pipelines.map(j => {
     const grid = el("div", {class: "grid"});
     const reasons = el("ul", {class: "reasons"});
+    const waiting = new Map();  // why pending partitions wait -> their indexes
     for (const p of j.partitions) {
       grid.append(el("span", {class: `cell s-${p.state}`, "data-state": p.state,
                               title: partitionTitle(p), text: String(p.index)}));
-      if (p.state === "failed" || (p.reason && p.state === "pending")) {
-        reasons.append(el("li", {text: `P${p.index}: ${p.reason || "failed"}${p.message ? " — " + p.message : ""}`}));
+      const why = `${p.reason || "failed"}${p.message ? " — " + p.message : ""}`;
+      if (p.state === "failed") {
+        reasons.append(el("li", {class: "failed", text: `P${p.index}: ${why}`}));
+      } else if (p.state === "pending" && p.reason) {
+        waiting.set(why, [...(waiting.get(why) || []), p.index]);
       }
+    }
+    for (const [why, indexes] of waiting) {
+      reasons.append(el("li", {class: "waiting",
+        text: `${indexes.map(i => "P" + i).join(", ")} waiting: ${why}`}));
     }
     const started = j.started_secs_ago === null ? "not started" : `started ${secs(j.started_secs_ago + drift)} ago`;
     return el("article", {class: "job", "data-job": j.job_id},
