@@ -1,7 +1,8 @@
 """Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs applied from ``kuzk.crds``,
 once per session, left installed), ``admin`` (the cluster's admin ApiClient with the CRDs in
 place), ``worker_status`` (creates WorkerStatus objects with unique names, deleted at teardown)
-and ``make_assignment`` (fresh assignments with generated UIDs)."""
+and ``make_assignment`` (fresh assignments with generated UIDs); ``run_operator``, ``plan``
+and ``prover_account`` come from the operator tests, for the tests that run the operator."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from kubernetes.client.rest import ApiException
 from kuzk import api as kapi
 from kuzk.crds import all_crds
 from kuzk.workers import Assignment
+from tests.integration.operator.conftest import plan, prover_account, run_operator
 from tests.testenv.cluster import Cluster
+
+__all__ = ["plan", "prover_account", "run_operator"]
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,9 @@ choices documented in ``kuzk.workers`` (it imports nothing from that module), so
 compare the real object against a second, separate reading of the protocol.
 
 The model keeps only what the protocol decides: per worker its ID, GPU, state, stage, job,
-partition, attempt, pod UID and completed count, and the node's refused-write count.
+partition, attempt, pod UID, completed count and the pods that held it before (newest first),
+and the node's refused-write count. A release is stale only for a pod that held a worker
+before; one for a pod that never held a worker writes nothing.
 Timestamps are the API server's business and are checked for presence only.
 """
 
@@ -32,6 +34,7 @@ class ModelWorker:
     job: Job | None = None
     last_pod: str | None = None
     completed: int = 0
+    previous: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -50,6 +53,10 @@ class NodeModel:
             self.workers[gpu] = ModelWorker(f"W{len(self.workers)}", gpu)
         worker = self.workers[gpu]
         if not (worker.state == "proving" and worker.job == job):
+            current = worker.job.pod_uid if worker.job else worker.last_pod
+            if current is not None and current != job.pod_uid:
+                worker.previous = [current, *(p for p in worker.previous if p != current)]
+            worker.previous = [p for p in worker.previous if p != job.pod_uid]
             worker.state, worker.stage, worker.job = "proving", None, job
         return worker.id
 
@@ -74,7 +81,9 @@ class NodeModel:
             worker.last_pod = pod_uid
             worker.completed += succeeded
             return True
-        if not any(w.state == "idle" and w.last_pod == pod_uid for w in self.workers.values()):
+        if any(w.state == "idle" and w.last_pod == pod_uid for w in self.workers.values()):
+            return False
+        if any(pod_uid in w.previous for w in self.workers.values()):
             self.rejected += 1
         return False
 
@@ -93,6 +102,7 @@ class NodeModel:
                     "attempt": job.attempt if job else None,
                     "pod": job.pod_uid if job else w.last_pod,
                     "completed": w.completed,
+                    "previous": w.previous,
                 }
             )
         return {
@@ -121,6 +131,7 @@ def observed(status: dict[str, Any]) -> dict[str, Any]:
                 "attempt": w.get("attempt"),
                 "pod": (w.get("pod") or {}).get("uid"),
                 "completed": w.get("completed", 0),
+                "previous": [p["uid"] for p in w.get("previousPods") or []],
             }
         )
     assert status.get("workerCount", 0) == len(rows)

@@ -5,6 +5,10 @@ is held before its write until pod B has claimed W0. The compare-and-swap makes 
 conflict; read again, it is about an assignment W0 has left, so it is refused and counted,
 and W0 shows B proving. A retried attempt of the same job and partition is told apart by its
 pod UID.
+
+Beside it, what is not a race: a partition pod preempted before its prover claimed a worker.
+The operator's finalizer release for it finds a pod no worker ever held; it writes nothing and
+counts nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ import pytest
 from kubernetes import client, config
 from prometheus_client import REGISTRY
 
+from kuzk import api as kapi
 from kuzk.workers import Assignment, Gpu, PodRef, claim, release
+from tests.integration.helpers import read_pod
+from tests.integration.operator.conftest import Plan, apply_job, job_pods, proofjob, wait_job
 from tests.integration.workers.conftest import read_worker_status
 from tests.testenv.cluster import Cluster
+from tests.testenv.waiting import wait_for
 
 GPU = Gpu("GPU-0b6f8d5e-7f0c-4a55-9d1e-1c0ffee00000", "NVIDIA H200", 143_771_942_912)
 
@@ -137,3 +145,49 @@ def test_the_finalizer_after_the_provers_own_release_is_not_stale(
     assert worker(status, "W0")["state"] == "idle"
     assert status["staleWritesRejected"] == 0
     assert stale_count("release") == before
+
+
+def test_a_pod_preempted_before_it_claims_is_not_a_stale_write(
+    cluster: Cluster, namespace: str, nodes: Any, run_operator: Any, plan: Plan
+) -> None:
+    """The stand-in prover never claims a worker. W0 last held another pod (idle), a snap
+    partition runs on the node's one GPU without claiming, a winning-post job preempts it, and
+    the operator's finalizer release of the preempted pod must leave the count alone."""
+    kubelet = nodes(1, gpus=1)
+    node = next(iter(kubelet.nodes))
+    gpu = Gpu(kubelet.nodes[node].gpu_uuids()[0])
+    plan.set(**{"snap-p0-a1": {"hold": True}, "*": {"seconds": 0.2}})
+    operator = run_operator()
+    apply_job(cluster, namespace, proofjob("snap", partitions=1))
+    wait_for(lambda: plan.started() == ["snap-p0-a1"], 60, "the snap partition running")
+    (victim,) = job_pods(cluster, namespace, "snap")
+    assert kapi.FINALIZER in (victim.metadata.finalizers or []), "its release is the operator's"
+
+    def worker_status_exists() -> bool:
+        try:
+            read_worker_status(cluster.api, node)
+        except client.ApiException:
+            return False
+        return True
+
+    wait_for(worker_status_exists, 30, f"the operator's WorkerStatus {node}")
+    earlier = Assignment(namespace, "earlier", "uid-earlier", "snap-update", 0, 1, "e", "uid-e")
+    assert claim(cluster.api, node, gpu, earlier) == "W0"
+    assert release(cluster.api, node, earlier, "succeeded") is True
+
+    apply_job(cluster, namespace, proofjob("winning", "winning-post"))
+    wait_job(cluster, namespace, "winning", "Succeeded", timeout=90)
+    wait_for(
+        lambda: read_pod(cluster.core, namespace, victim.metadata.name) is None,
+        60,
+        "the preempted pod released by the operator and gone",
+    )
+    wait_job(cluster, namespace, "snap", "Succeeded", timeout=90)
+
+    status = read_worker_status(cluster.api, node)["status"]
+    assert status["staleWritesRejected"] == 0
+    (w0,) = status["workers"]
+    assert (w0["state"], w0["pod"]["uid"], w0["completed"]) == ("idle", "uid-e", 1)
+    log = operator.text()
+    assert "refused stale release" not in log
+    assert f"{victim.metadata.name} ({victim.metadata.uid}) never held a worker" in log
