@@ -1,112 +1,308 @@
-"""The local demo: a real control plane, two GPU nodes of the process kubelet, the kuzk
-operator and a snap-update ProofJob proven end to end by the real prover (NumPy backend).
+"""The demo: the whole system on a laptop, or the examples on a cluster you name.
 
-Run it with ``./scripts/demo`` (or ``python -m tests.testenv.demo``); it prints the partition
-grid and the GPU workers while the job runs, then the job's proof, and stops everything.
+``./scripts/demo`` (or ``python -m tests.testenv.demo``) starts the test control plane with two
+GPU nodes of two GPUs (the process kubelet), installs kuzk with its Helm chart (CRDs,
+operator, status server), submits the snap-update and winning-post examples sized for a CPU,
+prints the dashboard URL and follows the jobs in the terminal (a progress bar per job, the
+GPU workers' states). When both are done it keeps serving the dashboard until Ctrl-C, then
+stops everything it started.
+
+``--kubeconfig PATH`` uses that cluster instead, explicitly (a ``KUBECONFIG`` set in the shell
+is never used): it installs nothing, says which cluster and namespace it uses, submits the
+examples there and follows them to the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import subprocess
+import signal
 import sys
-import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
-from kubernetes import client
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from kuzk import api
 from tests.testenv.binaries import MissingBinaryError
-from tests.testenv.cluster import Cluster, install_kuzk
-from tests.testenv.controlplane import ControlPlane, StartError, stop_group
+from tests.testenv.cluster import Cluster
+from tests.testenv.controlplane import ControlPlane, StartError
 from tests.testenv.kubelet import NodeSpec
+from tests.testenv.waiting import wait_for
 
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = [ROOT / "examples" / "snap-update.yaml", ROOT / "examples" / "winning-post.yaml"]
+CHART = ROOT / "charts" / "kuzk"
+BIN = Path(sys.executable).parent
+RELEASE, NAMESPACE = "kuzk", "kuzk-demo"
+DONE_LINE = "both jobs done"
+FINISHED = ("Succeeded", "Failed")
 SYMBOL = {"pending": ".", "scheduled": "s", "synthesizing": "y", "synth_done": "Y", "gpu": "G",
           "done": "#", "failed": "X"}
+LEGEND = "partitions: . pending  s scheduled  y synthesizing  Y synth_done  G gpu  # done  X failed"
 
 
-def _prepare(cluster: Cluster, namespace: str) -> None:
-    install_kuzk(cluster)
-    cluster.kubectl("create", "namespace", namespace)
-    cluster.kubectl("create", "serviceaccount", "kuzk-prover", "-n", namespace)
-    cluster.kubectl("create", "clusterrolebinding", f"kuzk-prover-{namespace}",
-                    "--clusterrole=kuzk-prover", f"--serviceaccount={namespace}:kuzk-prover")
+class DemoError(Exception):
+    """Something the user must fix; printed as one line."""
 
 
-def _line(job: dict) -> str:
+def _examples(circuit_log2: int | None) -> list[dict[str, Any]]:
+    jobs = []
+    for path in EXAMPLES:
+        job = yaml.safe_load(path.read_text())
+        if circuit_log2 is not None:
+            job["spec"]["circuitLog2"] = circuit_log2
+        jobs.append(job)
+    return jobs
+
+
+def submit(custom: client.CustomObjectsApi, namespace: str, jobs: list[dict[str, Any]]) -> None:
+    """Create the jobs; a job of the same name left by an earlier run is replaced."""
+    for job in jobs:
+        name = job["metadata"]["name"]
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
+                                                   api.PROOFJOB_PLURAL, name)
+            print(f"replacing ProofJob {namespace}/{name} from an earlier run", flush=True)
+            wait_for(lambda n=name: _get(custom, namespace, n) is None, 120,
+                     f"ProofJob {namespace}/{name} deleted", interval=0.5)
+        try:
+            custom.create_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
+                                                   api.PROOFJOB_PLURAL, job)
+        except ApiException as e:
+            msg = f"cannot create ProofJob {namespace}/{name}: {e.status} {e.reason}: {e.body}"
+            raise DemoError(msg) from e
+
+
+def _get(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(custom.get_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
+                                                        api.PROOFJOB_PLURAL, name))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def job_line(job: dict[str, Any], width: int = 16) -> str:
+    """``snap-update-5678  snap-update   [####GGyy........]  4/16 Running``"""
     st = job.get("status") or {}
     parts = sorted(st.get("partitions") or [], key=lambda p: p["index"])
     grid = "".join(SYMBOL.get(p.get("state", "pending"), "?") for p in parts)
-    return f"{st.get('phase', 'Pending'):<10} [{grid}] {st.get('succeeded', 0)}/{len(parts)} done"
+    total = st.get("partitionCount") or len(parts) or "?"
+    return (f"{job['metadata']['name']:<20} {job['spec']['proofKind']:<13} "
+            f"[{grid:<{width}}] {st.get('succeeded', 0):>2}/{total:<2} "
+            f"{st.get('phase', 'Pending')}")
 
 
-def _workers(custom: client.CustomObjectsApi) -> str:
+def worker_lines(custom: client.CustomObjectsApi) -> list[str]:
     out = []
-    for ws in custom.list_cluster_custom_object(api.GROUP, api.VERSION,
-                                                api.WORKERSTATUS_PLURAL)["items"]:
+    items = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
+    for ws in sorted(items["items"], key=lambda w: w["metadata"]["name"]):
         for w in (ws.get("status") or {}).get("workers") or []:
-            doing = (f"proving P{w.get('partition')} {w.get('stage', '')}"
-                     if w.get("state") == "proving" else "idle")
-            out.append(f"{ws['metadata']['name']}/{w['id']}: {doing} ({w.get('completed', 0)})")
-    return "; ".join(out)
+            if w.get("state") == "proving":
+                job = (w.get("job") or {}).get("name", "?")
+                doing = f"proving {job} P{w.get('partition')} {w.get('stage', '')}"
+            else:
+                doing = "idle"
+            out.append(f"  {ws['metadata']['name']}/{w['id']}: {doing:<45} "
+                       f"completed {w.get('completed', 0)}")
+    return out
+
+
+class Screen:
+    """Redraws a block in place on a terminal; elsewhere prints the lines that changed."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self.shown: list[str] = []
+
+    def show(self, lines: list[str]) -> None:
+        if self.tty:
+            if self.shown:
+                sys.stdout.write(f"\x1b[{len(self.shown)}F\x1b[J")
+            sys.stdout.write("\n".join(lines) + "\n")
+        else:
+            for line in lines:
+                if line not in self.shown:
+                    sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        self.shown = lines
+
+
+def follow(custom: client.CustomObjectsApi, namespace: str, names: list[str],
+           stop: threading.Event, timeout: float) -> dict[str, dict[str, Any]]:
+    """Show the jobs and the GPU workers until every job is finished (or stop/timeout)."""
+    screen = Screen()
+    print(LEGEND, flush=True)
+    start = time.monotonic()
+    jobs: dict[str, dict[str, Any]] = {}
+    while not stop.is_set():
+        try:
+            got = {n: _get(custom, namespace, n) for n in names}
+            workers = worker_lines(custom)
+        except (ApiException, HTTPError) as e:
+            screen.show([*screen.shown[:-1], f"(API unreachable: {e}; retrying)"])
+            stop.wait(1)
+            continue
+        jobs = {n: j for n, j in got.items() if j is not None}
+        lines = [job_line(j) for j in jobs.values()]
+        screen.show([*lines, "GPU workers:", *workers])
+        phases = [(j.get("status") or {}).get("phase") for j in jobs.values()]
+        if len(jobs) == len(names) and all(p in FINISHED for p in phases):
+            elapsed = time.monotonic() - start
+            summary = ", ".join(f"{n} {(j.get('status') or {}).get('phase')}"
+                                for n, j in jobs.items())
+            print(f"{DONE_LINE} in {elapsed:.1f} s: {summary}", flush=True)
+            break
+        if time.monotonic() - start > timeout:
+            print(f"gave up after {timeout:.0f} s", flush=True)
+            break
+        stop.wait(0.5)  # the display's refresh period
+    return jobs
+
+
+def _outcome(jobs: dict[str, dict[str, Any]], names: list[str]) -> int:
+    ok = len(jobs) == len(names) and all(
+        (j.get("status") or {}).get("phase") == "Succeeded" for j in jobs.values())
+    for name, job in jobs.items():
+        proof = (job.get("status") or {}).get("proof") or {}
+        if proof:
+            print(f"{name}: proof {proof.get('commitment')}", flush=True)
+    return 0 if ok else 1
+
+
+# --- a local control plane ------------------------------------------------------------------
+def install(cluster: Cluster) -> str:
+    """Install the chart as a user would, with the local CLIs as the pods' commands (the
+    process kubelet runs commands, not images); return the dashboard URL."""
+    cluster.helm(
+        "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--wait",
+        "--timeout", "180s",
+        "--set", "image.repository=kuzk", "--set", "image.tag=local",
+        "--set-json", f"command={json.dumps([str(BIN / 'kuzk')])}",
+        "--set-json", f"prover.command={json.dumps([str(BIN / 'kuzk-prover')])}",
+        "--set-json", f"operator.watchNamespaces={json.dumps([NAMESPACE])}",
+        "--set", "operator.replicas=1", "--set", "statusServer.replicas=1",
+        "--set", "statusServer.listenAddress=$(POD_IP)",
+    )
+    pods = cluster.core.list_namespaced_pod(
+        NAMESPACE, label_selector="app.kubernetes.io/name=kuzk-status-server").items
+    ip = next(p.status.pod_ip for p in pods if p.status.pod_ip)
+    return f"http://{ip}:9821/"
+
+
+@contextlib.contextmanager
+def local_cluster() -> Iterator[Cluster]:
+    plane = ControlPlane()
+    try:
+        plane.start()
+    except (StartError, MissingBinaryError) as e:
+        plane.stop()
+        raise DemoError(str(e)) from e
+    try:
+        cluster = Cluster(plane)
+        nodes = [NodeSpec(f"gpu-node-{i}", gpus=2) for i in (1, 2)]
+        with cluster.kubelet(nodes):
+            for spec in nodes:
+                cluster.kubectl("wait", "--for=condition=Ready", f"node/{spec.name}",
+                                "--timeout=60s")
+            yield cluster
+    finally:
+        plane.stop()
+
+
+def run_local(args: argparse.Namespace, stop: threading.Event) -> int:
+    t0 = time.monotonic()
+    print("starting a control plane with 2 GPU nodes of 2 GPUs ...", flush=True)
+    with local_cluster() as cluster:
+        print(f"control plane up; kubeconfig {cluster.kubeconfig}", flush=True)
+        print(f"installing kuzk (chart {CHART.relative_to(ROOT)}) in {NAMESPACE} ...",
+              flush=True)
+        url = install(cluster)
+        print(f"dashboard: {url}   (JSON: {url}status, metrics: {url}metrics)", flush=True)
+        print(f"kubectl: export KUBECONFIG={cluster.kubeconfig}; kubectl get pj,ws -A",
+              flush=True)
+        custom = client.CustomObjectsApi(cluster.api)
+        jobs = _examples(args.circuit_log2)
+        submit(custom, NAMESPACE, jobs)
+        names = [j["metadata"]["name"] for j in jobs]
+        got = follow(custom, NAMESPACE, names, stop, args.timeout)
+        code = _outcome(got, names)
+        print(f"demo ready after {time.monotonic() - t0:.1f} s", flush=True)
+        if not stop.is_set():
+            print(f"serving the dashboard at {url} until Ctrl-C", flush=True)
+            stop.wait()
+        print("stopping ...", flush=True)
+    print("stopped", flush=True)
+    return code
+
+
+# --- a cluster the user names ---------------------------------------------------------------
+def run_on(args: argparse.Namespace, stop: threading.Event) -> int:
+    path = Path(args.kubeconfig).expanduser()
+    try:
+        _, current = config.list_kube_config_contexts(config_file=str(path))
+        api_client = config.new_client_from_config(config_file=str(path))
+    except (config.ConfigException, OSError, yaml.YAMLError) as e:
+        msg = f"cannot use kubeconfig {path}: {e}"
+        raise DemoError(msg) from e
+    namespace = args.namespace or current["context"].get("namespace") or "default"
+    server = api_client.configuration.host
+    print(f"using the cluster {server} (context {current['name']}), namespace {namespace}; "
+          "installing nothing", flush=True)
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
+                                             api.PROOFJOB_PLURAL, limit=1)
+    except ApiException as e:
+        if e.status == 404:
+            msg = ("kuzk is not installed in this cluster (no ProofJob API): "
+                   "helm install kuzk charts/kuzk first")
+            raise DemoError(msg) from e
+        msg = f"cannot list ProofJobs in {namespace}: {e.status} {e.reason}"
+        raise DemoError(msg) from e
+    except HTTPError as e:
+        msg = f"cannot reach {server}: {e}"
+        raise DemoError(msg) from e
+    jobs = _examples(args.circuit_log2)
+    submit(custom, namespace, jobs)
+    names = [j["metadata"]["name"] for j in jobs]
+    return _outcome(follow(custom, namespace, names, stop, args.timeout), names)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="demo", description=__doc__)
-    parser.add_argument("--circuit-log2", type=int, default=14,
-                        help="constraints per partition = 2^N (default 14, quick on a CPU)")
-    parser.add_argument("--timeout", type=float, default=600)
+    parser = argparse.ArgumentParser(prog="demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", metavar="PATH",
+                        help="use this cluster (install nothing) instead of a local one")
+    parser.add_argument("--namespace", help="namespace on --kubeconfig's cluster "
+                        "(default: the context's, else default)")
+    parser.add_argument("--circuit-log2", type=int, default=None, metavar="N",
+                        help="constraints per partition = 2^N (default: 20 locally, sized "
+                        "for about a minute on a laptop CPU; the examples' sizes on a cluster)")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="give up following the jobs after this many seconds")
     args = parser.parse_args(argv)
+    if args.namespace and not args.kubeconfig:
+        parser.error("--namespace needs --kubeconfig (the local demo uses its own)")
+    if args.circuit_log2 is None and not args.kubeconfig:
+        args.circuit_log2 = 20
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        plane = ControlPlane(workdir=Path(tempfile.mkdtemp(prefix="kuzk-demo-")))
-        plane.start()
-    except (StartError, MissingBinaryError) as e:
+        return run_on(args, stop) if args.kubeconfig else run_local(args, stop)
+    except (DemoError, AssertionError, TimeoutError) as e:  # AssertionError: a failed kubectl/helm
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"control plane up; kubeconfig {plane.kubeconfig}", flush=True)
-    ns = "demo"
-    operator = None
-    try:
-        cluster = Cluster(plane)
-        _prepare(cluster, ns)
-        nodes = [NodeSpec(f"gpu-node-{i}", gpus=2) for i in (1, 2)]
-        with cluster.kubelet(nodes):
-            log = plane.workdir / "operator.log"  # type: ignore[operator]
-            with log.open("wb") as out:
-                operator = subprocess.Popen(
-                    [sys.executable, "-m", "kuzk.cli", "operator", "--namespace", ns,
-                     "--standalone", "--prover-command", json.dumps(["kuzk-prover"])],
-                    env=cluster.env(), stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True)
-            job = {"apiVersion": api.API_VERSION, "kind": api.PROOFJOB_KIND,
-                   "metadata": {"name": "snap-demo"},
-                   "spec": {"proofKind": "snap-update", "sector": {"miner": 1234, "number": 5678},
-                            "circuitLog2": args.circuit_log2}}
-            cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(job))
-            custom = client.CustomObjectsApi(cluster.api)
-            deadline = time.monotonic() + args.timeout
-            last = ""
-            while time.monotonic() < deadline:
-                got = custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns,
-                                                          api.PROOFJOB_PLURAL, "snap-demo")
-                line = f"{_line(got)}  {_workers(custom)}"
-                if line != last:
-                    print(line, flush=True)
-                    last = line
-                if (got.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                    break
-                time.sleep(0.5)  # a display refresh, not synchronisation
-            print(cluster.kubectl("get", "pj,ws", "-A").stdout)
-            status = got.get("status") or {}
-            print(json.dumps(status.get("proof"), indent=2))
-            return 0 if status.get("phase") == "Succeeded" else 1
-    finally:
-        if operator is not None:
-            stop_group(operator, grace=30)
-        plane.stop()
 
 
 if __name__ == "__main__":
