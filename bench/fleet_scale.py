@@ -61,14 +61,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-import proofjob_vs_job  # noqa: E402
+from fleet_kubelets import node_names  # noqa: E402
 from fleet_standin import pod_command, stats_of  # noqa: E402
-from proofjob_vs_job import Stream, _resource_version  # noqa: E402
 from twins import COMPLETION_INDEX, JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
 from tests.testenv.controlplane import ControlPlane, stop_group  # noqa: E402
-from tests.testenv.kubelet import NodeSpec  # noqa: E402
 from tests.testenv.waiting import wait_for  # noqa: E402
 
 KINDS = ("winning-post", "snap-update", "window-post", "porep-c2")
@@ -78,11 +76,81 @@ PROVER_SA = "kuzk-prover"
 IMAGE = "kuzk-standin:bench"
 DEADLINE_S = 3600  # every job gets it, so no kind's default deadline (25 s) ends a queued job
 CREATORS = 8
-NODES_PER_KUBELET = 8
 KUZK, JOB = "kuzk", "job"
 GOALS = {"requests_per_attempt": 8.0, "lists_per_sync": 0.0, "lag_p99_s": 2.0,
          "completion_ratio": 1.0, "rss_mb": 400.0}
 Obj = dict[str, Any]
+
+
+# --- watching ------------------------------------------------------------------------------
+class Follow(threading.Thread):
+    """A list and a watch of one collection, read raw in a thread, that goes on watching from
+    the last resourceVersion when a watch ends and lists again after 410 Gone (objects listed
+    then are delivered as ADDED). ``on_event(type, object, arrival)`` sees each event;
+    arrival is ``time.monotonic()`` when its bytes came in. ``restarts`` counts the relists
+    after the first: events missed meanwhile arrive late."""
+
+    def __init__(self, what: str, request: Callable[..., Any],
+                 on_event: Callable[[str, Obj, float], None]) -> None:
+        super().__init__(name=f"follow {what}", daemon=True)
+        self.what, self.request, self.on_event = what, request, on_event
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.relists = 0
+        self._closed = False
+        self._response: Any = None
+
+    def run(self) -> None:
+        rv: str | None = None
+        try:
+            while not self._closed:
+                if rv is None:
+                    listing = json.loads(self.request(_preload_content=False).data)
+                    rv = str(listing["metadata"]["resourceVersion"])
+                    if self.ready.is_set():
+                        self.relists += 1
+                    arrival = time.monotonic()
+                    for item in listing.get("items") or []:
+                        self.on_event("ADDED", item, arrival)
+                rv = self._watch(rv)
+        except Exception as e:  # reported to the waiting thread, which raises it
+            if not self._closed:
+                self.error = e
+        finally:
+            self.ready.set()
+
+    def _watch(self, rv: str) -> str | None:
+        """One watch request from ``rv``; the last resourceVersion seen (None: list again)."""
+        self._response = self.request(
+            watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=300,
+            _preload_content=False, _request_timeout=(10, 330))
+        self.ready.set()
+        pending = b""
+        for chunk in self._response.stream(amt=None, decode_content=False):
+            arrival = time.monotonic()
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event["type"] == "ERROR":
+                    if event["object"].get("code") == 410:
+                        return None
+                    msg = f"watch {self.what} failed: {event['object']}"
+                    raise RuntimeError(msg)
+                rv = str(event["object"]["metadata"]["resourceVersion"])
+                if event["type"] != "BOOKMARK":
+                    self.on_event(event["type"], event["object"], arrival)
+        return rv
+
+    def close(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                self._response.shutdown()
+            with contextlib.suppress(Exception):
+                self._response.release_conn()
 
 
 # --- one phase: N jobs of one system, watched from the create calls to the last finish -------
@@ -96,6 +164,7 @@ class Phase:
     succeeded_at: dict[tuple[str, int], float] = field(default_factory=dict)
     shown_at: dict[tuple[str, int], float] = field(default_factory=dict)
     finished: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    relists: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -155,7 +224,7 @@ class Phase:
                 "attempts": len(self.attempts), "failed_jobs": failed, "seconds": seconds,
                 "partitions_per_s": total / seconds if seconds > 0 else 0.0,
                 "lag_p50_s": _quantile(lags, 0.5), "lag_p99_s": _quantile(lags, 0.99),
-                "lag_samples": len(lags)}
+                "lag_samples": len(lags), "watch_relists": self.relists}
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -245,15 +314,15 @@ class Requests:
 
 
 @contextlib.contextmanager
-def process(argv: list[str], env: dict[str, str], log: Path,
-            stdout: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process(argv: list[str], env: dict[str, str], log: Path, stdout: int | None = None,
+            grace: float = 20) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=stdout or out, stderr=out,
                                 start_new_session=True)
     try:
         yield proc
     finally:
-        stop_group(proc, grace=20)
+        stop_group(proc, grace=grace)
 
 
 # --- setup -----------------------------------------------------------------------------------
@@ -279,10 +348,9 @@ def ready_nodes(cluster: Cluster) -> set[str]:
             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
 
 
-def check_nodes(cluster: Cluster, specs: list[NodeSpec], phase: str) -> int:
+def check_nodes(cluster: Cluster, names: set[str], phase: str) -> int:
     """How many nodes are not Ready after ``phase``; says so, as it makes that phase's
     figures suspect (pods wait for nodes that the scheduler no longer uses)."""
-    names = {s.name for s in specs}
     missing = len(names - ready_nodes(cluster))
     if missing:
         print(f"WARNING: {missing} of {len(names)} nodes not Ready after the {phase}: "
@@ -313,11 +381,8 @@ def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
     else:
         list_jobs = partial(batch.list_namespaced_job, ns)
         create = partial(batch.create_namespaced_job, ns)
-    list_pods = partial(core.list_namespaced_pod, ns)
-    streams = [Stream(f"pods in {ns}", list_pods, phase.on_pod,
-                      resource_version=_resource_version(list_pods())),
-               Stream(f"{system} jobs in {ns}", list_jobs, phase.on_job,
-                      resource_version=_resource_version(list_jobs()))]
+    streams = [Follow(f"pods in {ns}", partial(core.list_namespaced_pod, ns), phase.on_pod),
+               Follow(f"{system} jobs in {ns}", list_jobs, phase.on_job)]
     try:
         for stream in streams:
             stream.start()
@@ -344,6 +409,7 @@ def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
     finally:
         for stream in streams:
             stream.close()
+    phase.relists = sum(stream.relists for stream in streams)
     return phase
 
 
@@ -363,6 +429,9 @@ def report(result: Obj) -> None:
               f"{_fmt(s['lag_p99_s']):>9}")
         if s["failed_jobs"]:
             print(f"       failed: {', '.join(s['failed_jobs'][:10])}")
+        if s["watch_relists"]:
+            print(f"       {s['watch_relists']} watch relists: events missed meanwhile arrived "
+                  "late, lags are underestimated")
     ratio = result["completion_ratio"]
     print(f"\ncompletion-time ratio kuzk/job {ratio:.2f} (goal <= {GOALS['completion_ratio']}): "
           f"{'met' if ratio <= GOALS['completion_ratio'] else 'MISSED'}; "
@@ -443,7 +512,6 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.nodes, args.gpus, args.jobs) < 1 or not 0 < args.work[0] <= args.work[1]:
         parser.error("--nodes, --gpus and --jobs must be at least 1; --work needs 0 < MIN <= MAX")
     signal.signal(signal.SIGTERM, _sigterm)
-    proofjob_vs_job.WATCH_SECONDS = int(args.timeout) + 120  # one watch outlives a phase
     started = time.monotonic()
     names = [f"fleet-{i:03d}" for i in range(args.jobs)]
     manifests = [proofjob(n, KINDS[i % len(KINDS)], deadline_s=DEADLINE_S)
@@ -481,15 +549,16 @@ def main(argv: list[str] | None = None) -> int:
         operator_kc = token_kubeconfig(cluster, SYSTEM_NS, operator_sa, Path(tmp) / "op.kc")
         prover_kc = token_kubeconfig(cluster, SYSTEM_NS, PROVER_SA, Path(tmp) / "prover.kc")
 
-        specs = [NodeSpec(f"fleet-n{i:02d}", gpus=args.gpus) for i in range(args.nodes)]
-        # Several process kubelets of a few nodes each: one kubelet registers its nodes one
-        # after another and renews their leases in one loop, and under load 64 nodes take
-        # longer than the node lifecycle controller's grace period; a node it then marks
-        # NotReady (tainted unreachable) never comes back (the process kubelet does not post
-        # node status again).
-        for first in range(0, len(specs), NODES_PER_KUBELET):
-            stack.enter_context(cluster.kubelet(specs[first:first + NODES_PER_KUBELET]))
-        wait_for(lambda: {s.name for s in specs} <= ready_nodes(cluster), 120, "nodes Ready", 1)
+        nodes = set(node_names(args.nodes))
+        # The kubelets run in a process of their own, so that their threads (one per pod)
+        # don't starve this process's watches; see bench/fleet_kubelets.py.
+        stack.enter_context(process(
+            [sys.executable, str(ROOT / "bench" / "fleet_kubelets.py"), "--kubeconfig",
+             str(plane.kubeconfig), "--server", plane.server, "--ca-cert",
+             str(plane.pki.ca_cert), "--workdir", str(Path(tmp) / "kubelets"), "--nodes",
+             str(args.nodes), "--gpus", str(args.gpus)],
+            cluster.env(), logs / "kubelets.log", grace=60))
+        wait_for(lambda: nodes <= ready_nodes(cluster), 180, "nodes Ready", 1)
 
         standin = stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_standin.py"), "--kubeconfig",
@@ -531,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
             standin_start = stats_of(port)
             load["kuzk_before"] = os.getloadavg()[0]
             kuzk_phase = run_phase(cluster, KUZK, KUZK_NS, manifests, partitions, args.timeout)
-            not_ready = check_nodes(cluster, specs, "ProofJobs")
+            not_ready = check_nodes(cluster, nodes, "ProofJobs")
             load["kuzk_after"] = os.getloadavg()[0]
             cpu = cpu_seconds(operator.pid) - cpu_start
             rss = peak_rss_mb(operator.pid)
@@ -551,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         twins = [indexed_job(m, JOB_NS, settings) for m in manifests]
         load["job_before"] = os.getloadavg()[0]
         job_phase = run_phase(cluster, JOB, JOB_NS, twins, partitions, args.timeout)
-        not_ready += check_nodes(cluster, specs, "Jobs")
+        not_ready += check_nodes(cluster, nodes, "Jobs")
         load["job_after"] = os.getloadavg()[0]
         standin_job = stats_of(port)
 
