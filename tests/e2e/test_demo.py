@@ -42,8 +42,9 @@ class Demo:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._queue.put(line.rstrip("\n"))
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                self._queue.put(line.rstrip("\n"))
         self._queue.put(None)
 
     def expect(self, pattern: str, timeout: float) -> re.Match[str]:
