@@ -62,6 +62,7 @@ from tests.testenv.waiting import wait_for  # noqa: E402
 NAMESPACE = "bench-status"
 PACE_S = 1.5
 NAIVE_IN_FLIGHT = 8
+CLIENT_TIMEOUT_S = 60
 CYCLE = ("done", "done", "gpu", "synthesizing", "synth_done", "scheduled", "pending", "done")
 GOALS = {"p99_ms": 50.0, "ratio": 20.0, "rss_mb": 300.0, "lag_s": 2.0}
 
@@ -195,7 +196,7 @@ def serve_naive(port: int, kubeconfig: str) -> None:
                 for t in chosen))
             for target, listing in zip(chosen, listings, strict=True):
                 view.listed(target.name, listing.get("items") or [])
-            body = view.document(Filters()).body
+            body = (await view.document(Filters())).body
         return web.Response(body=body, content_type="application/json")
 
     async def readyz(request: web.Request) -> web.Response:
@@ -221,7 +222,7 @@ async def load(url: str, clients: int, seconds: float, *, conditional: bool,
     started = time.monotonic()
     deadline = started + seconds
     connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=120)
+    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                      timeout=timeout) as session:
 
@@ -297,6 +298,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             naive_port, workdir / "naive.log")
         try:
             url = f"http://127.0.0.1:{port}/status"
+            urlopen_status(url)  # a running server has rendered long before its first poller
             rounds = [("paced", url, False, PACE_S), ("paced_etag", url, True, PACE_S),
                       ("saturating", url, False, None), ("saturating_etag", url, True, None),
                       ("naive_saturating", f"http://127.0.0.1:{naive_port}/status", False,
@@ -305,6 +307,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 results[name] = asyncio.run(load(target, args.clients, args.seconds,
                                                  conditional=conditional, pace=pace))
                 report_round(name, results[name])
+            stop_group(naive)  # it would go on working through abandoned requests
             results["rss_mb"], results["peak_rss_mb"] = rss_mb(server.pid)
             expected = done_partitions(port) + min(args.burst, args.jobs)
             first = time.monotonic()

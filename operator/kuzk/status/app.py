@@ -104,17 +104,14 @@ async def status(request: web.Request) -> web.StreamResponse:
         chosen = filters(request)
     except BadParameter as bad:
         return _error(400, str(bad), parameter=bad.name)
-    view = request.app[VIEW]
-    gzip = "gzip" in request.headers.get("Accept-Encoding", "")
-    rendered = view.gzipped(chosen) if gzip else view.document(chosen)
+    rendered = await request.app[VIEW].document(chosen)
     headers = {"ETag": rendered.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
     if _matches(request.headers.get("If-None-Match", ""), rendered.etag):
         return web.Response(status=304, headers=headers)
-    if gzip and rendered.gzipped is not None:
+    body = rendered.body
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
         headers["Content-Encoding"] = "gzip"
         body = rendered.gzipped
-    else:
-        body = rendered.body
     return web.Response(body=body, content_type="application/json", headers=headers)
 
 

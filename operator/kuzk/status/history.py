@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kuzk.observe import DONE, FAILED
 from kuzk.status.objects import Job, WorkerNode
@@ -75,6 +75,17 @@ class History:
         self.durations: dict[tuple[str, str], Histogram] = {}
         self.stale_seen: dict[str, int] = {}
         self.stale_total = 0
+
+    def copy(self) -> History:
+        """What the aggregation reads, copied, so it can render in another thread while the
+        watches go on feeding this one."""
+        twin = History(self.started)
+        twin.workers = {k: replace(t, intervals=deque(t.intervals))
+                        for k, t in self.workers.items()}
+        twin.partition_since = dict(self.partition_since)
+        twin.completed, twin.failed = Counter(self.completed), Counter(self.failed)
+        twin.stale_total = self.stale_total
+        return twin
 
     def window_start(self, now: float) -> float:
         return max(now - WINDOW_S, self.started)

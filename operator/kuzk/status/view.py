@@ -4,10 +4,15 @@ The watches call ``listed`` after each full list and ``event`` for each watch ev
 only call ``document``. Every change that shows on the screen bumps ``revision``; the rendered
 body (and its gzip) is cached per revision and filter, so any number of pollers cost one
 serialization per change, and the ETag is the revision, so ``If-None-Match`` costs nothing.
+Rendering a thousand jobs takes a noticeable fraction of a second, so it runs in a thread on
+a copy of the view, and while it runs requests get the previous document if that is less
+than ``max_stale`` old: a change delays nobody, and renders happen at most once per render
+time however fast the objects change.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import secrets
@@ -24,6 +29,8 @@ from kuzk.status.objects import Job, Node, Pod, WorkerNode
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
 RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES)
 CACHE_ENTRIES = 64
+MAX_STALE_S = 1.0
+GZIP_LEVEL = 5
 
 
 @dataclass
@@ -41,13 +48,23 @@ class WatchState:
 class Rendered:
     etag: str
     body: bytes
-    gzipped: bytes | None = None
+    gzipped: bytes
+    revision: int
+    made_at: float
+
+
+def _serialize(snap: Snapshot, now: float, sync: Sync, keep_finished: float,
+               filters: Filters) -> tuple[bytes, bytes]:
+    doc = render(snap, now=now, sync=sync, keep_finished=keep_finished, filters=filters)
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    return body, gzip.compress(body, GZIP_LEVEL)
 
 
 @dataclass
 class StatusView:
     keep_finished: float
     clock: Callable[[], float] = time.time
+    max_stale: float = MAX_STALE_S
     started: float = field(default=0.0)
     revision: int = 0
 
@@ -62,6 +79,7 @@ class StatusView:
         self.watches: dict[str, WatchState] = {}
         self.instance = secrets.token_hex(4)
         self._cache: dict[Filters, Rendered] = {}
+        self._rendering: dict[Filters, asyncio.Task[Rendered]] = {}
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -110,10 +128,6 @@ class StatusView:
         state.connected = False
         self._bump()
 
-    def touch(self) -> None:
-        """Something time-dependent matters (a watch is down): render afresh."""
-        self._bump()
-
     # --- what requests call --------------------------------------------------------------
     @property
     def ready(self) -> bool:
@@ -137,29 +151,38 @@ class StatusView:
         return Sync(synced, self.age(now), sum(self.restarts().values()))
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.jobs.values(), self.worker_nodes.values(), self.nodes.values(),
-                        self.pods_by_key, self.history)
+        """The view as it is now; the aggregation may run on it in another thread."""
+        return Snapshot(list(self.jobs.values()), list(self.worker_nodes.values()),
+                        list(self.nodes.values()), dict(self.pods_by_key),
+                        self.history.copy())
 
-    def document(self, filters: Filters) -> Rendered:
+    async def document(self, filters: Filters) -> Rendered:
+        """The document for ``filters``: the cached one while it is current, or while it is
+        younger than ``max_stale`` and a fresh one is being rendered (so no request waits for
+        a render it need not wait for); else the fresh one."""
         cached = self._cache.get(filters)
-        if cached is not None:
+        if cached is not None and cached.revision == self.revision:
             return cached
-        now = self.clock()
-        doc = render(self.snapshot(), now=now, sync=self.sync(now),
-                     keep_finished=self.keep_finished, filters=filters)
-        body = json.dumps(doc, separators=(",", ":")).encode()
-        tag = f'"{self.instance}.{self.revision}.{filters.namespace or ""}.{filters.kind or ""}"'
-        rendered = Rendered(tag, body)
-        if len(self._cache) >= CACHE_ENTRIES:
-            self._cache.clear()
-        self._cache[filters] = rendered
-        return rendered
+        task = self._rendering.get(filters)
+        if task is None:
+            task = asyncio.create_task(self._render(filters), name=f"render {filters}")
+            self._rendering[filters] = task
+            task.add_done_callback(lambda _: self._rendering.pop(filters, None))
+        if cached is not None and self.clock() - cached.made_at < self.max_stale:
+            return cached
+        return await asyncio.shield(task)
 
-    def gzipped(self, filters: Filters) -> Rendered:
-        """The document compressed once per revision, for clients that accept gzip."""
-        rendered = self.document(filters)
-        if rendered.gzipped is None:
-            rendered = Rendered(rendered.etag, rendered.body, gzip.compress(rendered.body, 5))
+    async def _render(self, filters: Filters) -> Rendered:
+        revision, now = self.revision, self.clock()
+        snap, sync = self.snapshot(), self.sync(now)
+        body, gzipped = await asyncio.to_thread(_serialize, snap, now, sync,
+                                                self.keep_finished, filters)
+        tag = f'"{self.instance}.{revision}.{filters.namespace or ""}.{filters.kind or ""}"'
+        rendered = Rendered(tag, body, gzipped, revision, now)
+        current = self._cache.get(filters)
+        if current is None or current.revision < revision:
+            if current is None and len(self._cache) >= CACHE_ENTRIES:
+                self._cache.pop(next(iter(self._cache)))
             self._cache[filters] = rendered
         return rendered
 
@@ -172,7 +195,6 @@ class StatusView:
 
     def _bump(self) -> None:
         self.revision += 1
-        self._cache.clear()
 
     def _put(self, resource: str, k: str, item: Mapping[str, Any], now: float) -> None:
         store = self._store(resource)

@@ -1,67 +1,111 @@
 """With the real operator and the real prover, /status tells the truth while a job runs: every
-sample agrees with the API objects it was rendered from, proving GPUs show proving with the
-right job and partition, and at the end the counters and /metrics add up. A failed job shows
-its failed partitions with their reason and leaves none pending."""
+sample shows, for the job and for each GPU worker, exactly what the API object of the
+resourceVersion it names said, and that version was current (or superseded less than
+LAG_S before the sample); proving GPUs show proving with the right job and partition; the
+order never changes; and at the end the counters and /metrics add up. A failed job shows its
+failed partitions with their reason and leaves none pending."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes import client, watch
 
 from kuzk import api
-from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
+from tests.integration.operator.conftest import apply_job, proofjob, wait_job
 from tests.integration.status.server import StatusServer
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
+# How long after the API server a sample may still show a version: the watch's delivery plus
+# the server's render (a document may trail the view by its max_stale, 1 s).
+LAG_S = 3.0
+
+
+class Versions:
+    """Every version of the watched objects, with when the test's own watch received it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
+
+    def add(self, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.seen[obj["metadata"]["name"]].append((time.monotonic(), obj))
+
+    def find(self, name: str, rv: str) -> tuple[dict[str, Any], float | None] | None:
+        """The version ``rv`` of ``name`` and when it was superseded (None: still current)."""
+        with self.lock:
+            history = list(self.seen.get(name, []))
+        for i, (_, obj) in enumerate(history):
+            if obj["metadata"]["resourceVersion"] == rv:
+                return obj, history[i + 1][0] if i + 1 < len(history) else None
+        return None
+
+
+def record(lister: Callable[..., Any], args: tuple[Any, ...], versions: Versions,
+           stop: threading.Event) -> None:
+    listing = lister(*args)
+    for item in listing["items"]:
+        versions.add(item)
+    rv = listing["metadata"]["resourceVersion"]
+    while not stop.is_set():
+        for event in watch.Watch().stream(lister, *args, resource_version=rv,
+                                          timeout_seconds=1):
+            rv = event["object"]["metadata"]["resourceVersion"]
+            versions.add(event["object"])
+
+
 @dataclass
 class Agreement:
-    samples: int = 0
     jobs_compared: int = 0
     workers_compared: int = 0
     proving_compared: int = 0
     problems: list[str] = field(default_factory=list)
+    worker_orders: set[tuple[str, ...]] = field(default_factory=set)
 
 
-def _worker_statuses(custom: client.CustomObjectsApi, names: list[str]) -> dict[str, Any]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = custom.get_cluster_custom_object(api.GROUP, api.VERSION,
-                                                         api.WORKERSTATUS_PLURAL, name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-    return out
+def _current(seen: Agreement, what: str, found: tuple[dict[str, Any], float | None] | None,
+             at: float) -> dict[str, Any] | None:
+    if found is None:
+        seen.problems.append(f"{what}: /status names a version the API server never had")
+        return None
+    obj, superseded = found
+    if superseded is not None and superseded < at - LAG_S:
+        seen.problems.append(f"{what}: /status shows a version superseded "
+                             f"{at - superseded:.1f} s before the sample")
+    return obj
 
 
-def compare(doc: dict[str, Any], job: dict[str, Any] | None, statuses: dict[str, Any],
-            seen: Agreement) -> None:
-    """Compare a /status sample with the objects read right after it. Where an object changed
-    in between (its resourceVersion moved on), the sample is older than the object: skipped."""
-    seen.samples += 1
-    pipelines = {p["job_id"]: p for p in doc["pipelines"]}
-    if job is not None:
-        key = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
-        p = pipelines.get(key)
-        if p is not None and p["resource_version"] == job["metadata"]["resourceVersion"]:
-            seen.jobs_compared += 1
-            truth = [(q["index"], q["state"], q["attempt"], q.get("node"), q.get("worker"))
-                     for q in (job.get("status") or {}).get("partitions") or []]
-            shown = [(q["index"], q["state"], q["attempt"], q["node"], q["worker"])
-                     for q in p["partitions"]][:len(truth)]
-            if shown != truth:
-                seen.problems.append(f"job {key}: /status {shown} but the API {truth}")
-    for row in doc["gpu_workers"]:
-        ws = statuses.get(row["node"])
-        if ws is None or ws["metadata"]["resourceVersion"] != row["resource_version"]:
+def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
+            nodes: list[str], seen: Agreement) -> None:
+    """Compare one /status sample with the versions of the objects it says it shows."""
+    mine = [w for w in doc["gpu_workers"] if w["node"] in nodes]
+    seen.worker_orders.add(tuple(f"{w['node']}/{w['worker_id']}" for w in mine))
+    for p in doc["pipelines"]:
+        job = _current(seen, f"job {p['job_id']}", jobs.find(p["name"], p["resource_version"]),
+                       t)
+        if job is None:
+            continue
+        seen.jobs_compared += 1
+        truth = [(q["index"], q["state"], q["attempt"], q.get("node"), q.get("worker"))
+                 for q in (job.get("status") or {}).get("partitions") or []]
+        shown = [(q["index"], q["state"], q["attempt"], q["node"], q["worker"])
+                 for q in p["partitions"]][:len(truth)]
+        if shown != truth:
+            seen.problems.append(f"job {p['job_id']}: /status {shown} but the API {truth}")
+    for row in mine:
+        what = f"worker {row['node']}/{row['worker_id']}"
+        ws = _current(seen, what, workers.find(row["node"], row["resource_version"]), t)
+        if ws is None:
             continue
         seen.workers_compared += 1
         w = next(w for w in ws["status"]["workers"] if w["id"] == row["worker_id"])
@@ -72,8 +116,7 @@ def compare(doc: dict[str, Any], job: dict[str, Any] | None, statuses: dict[str,
                      w.get("stage"))
         shown = (row["state"], row["current_job"], row["current_partition"], row["stage"])
         if shown != truth:
-            seen.problems.append(f"worker {row['node']}/{row['worker_id']}: /status {shown} "
-                                 f"but the API {truth}")
+            seen.problems.append(f"{what}: /status {shown} but the API {truth}")
 
 
 def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespace: str, nodes,
@@ -83,26 +126,41 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     operator(real_prover=True)
     server: StatusServer = status_server()
     custom = client.CustomObjectsApi(cluster.api)
-    seen = Agreement()
+    jobs, workers = Versions(), Versions()
+    samples: list[tuple[float, dict[str, Any]]] = []
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.2):
-            doc = server.status(namespace=namespace)
-            compare(doc, get_job(cluster, namespace, "truth"), _worker_statuses(custom, names),
-                    seen)
+            t = time.monotonic()
+            samples.append((t, server.status(namespace=namespace)))
 
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    threads = [
+        threading.Thread(target=record, args=(
+            custom.list_namespaced_custom_object,
+            (api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL), jobs, stop)),
+        threading.Thread(target=record, args=(
+            custom.list_cluster_custom_object,
+            (api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL), workers, stop)),
+        threading.Thread(target=sample),
+    ]
+    for thread in threads:
+        thread.start()
     try:
         apply_job(cluster, namespace, proofjob("truth", circuitLog2=12))
         wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
     finally:
         stop.set()
-        sampler.join()
+        for thread in threads:
+            thread.join()
+    seen = Agreement()
+    for t, doc in samples:
+        compare(t, doc, jobs, workers, names, seen)
     assert seen.problems == []
-    assert seen.jobs_compared >= 5, seen
-    assert seen.proving_compared >= 3, seen
+    assert seen.jobs_compared >= 20, seen
+    assert seen.proving_compared >= 10, seen
+    # the workers keep one order in every sample that shows all four
+    assert len({order for order in seen.worker_orders if len(order) == 4}) == 1
 
     def settled() -> dict[str, Any] | None:
         doc = server.status(namespace=namespace)

@@ -51,15 +51,44 @@ async def test_status_serves_json_with_an_etag_and_304s(http: Client, feed: Feed
     assert (head.status, head.headers["ETag"]) == (200, etag)
 
 
-async def test_a_change_gets_a_new_etag(http: Client, feed: Feed, view: StatusView) -> None:
-    fill(feed)
-    etag = (await http.get("/status")).headers["ETag"]
+def change(view: StatusView) -> None:
     view.event("proofjobs", "MODIFIED", proofjob("a", part(0, "done"), part(1, "done"),
                                                  part(2, "pending"), count=3))
+
+
+async def test_a_change_gets_a_new_etag(http: Client, feed: Feed, view: StatusView,
+                                        clock: Clock) -> None:
+    fill(feed)
+    etag = (await http.get("/status")).headers["ETag"]
+    change(view)
+    clock.now += view.max_stale  # the document of the old revision is too old to serve
     changed = await http.get("/status", headers={"If-None-Match": etag})
     assert changed.status == 200
     assert changed.headers["ETag"] != etag
     assert (await changed.json())["pipelines"][0]["partitions_done"] == 2
+
+
+async def test_while_a_fresh_document_renders_the_last_one_is_served(
+        http: Client, feed: Feed, view: StatusView) -> None:
+    fill(feed)
+    etag = (await http.get("/status")).headers["ETag"]
+    change(view)
+    # the clock stands still: the last document is younger than max_stale
+    stale = await http.get("/status", headers={"If-None-Match": etag})
+    assert stale.status == 304
+
+    async def fresh() -> bool:
+        response = await http.get("/status", headers={"If-None-Match": etag})
+        return response.status == 200
+
+    for _ in range(500):  # wait for the render in its thread, 5 s at most
+        if await fresh():
+            break
+        await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the fresh document never came")
+    body = await (await http.get("/status")).json()
+    assert body["pipelines"][0]["partitions_done"] == 2
 
 
 async def test_an_unchanged_object_keeps_the_etag(http: Client, feed: Feed,

@@ -7,14 +7,17 @@ from typing import Any
 
 import pytest
 
-from kuzk.status.aggregate import Filters
+from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import StatusView
 from tests.unit.status.builders import T0, node, part, pod, proofjob, worker, workerstatus
 from tests.unit.status.conftest import Clock, Feed
 
 
 def doc(view: StatusView, **filters: Any) -> dict[str, Any]:
-    return json.loads(view.document(Filters(**filters)).body)
+    now = view.clock()
+    document = render(view.snapshot(), now=now, sync=view.sync(now),
+                      keep_finished=view.keep_finished, filters=Filters(**filters))
+    return dict(json.loads(json.dumps(document)))
 
 
 def test_document_has_the_designed_shape(feed: Feed, view: StatusView) -> None:
