@@ -14,9 +14,12 @@ Choices the callers rely on:
   it. A worker is the worker of one GPU UUID (``W<k>``, the lowest free k, kept for good).
 * An idle worker keeps the ``pod`` it last released, so the operator's finalizer release after
   the prover's own release is recognised as already done rather than counted as stale.
-* A worker remembers the pods that held it before (``previousPods``, newest first, at most
-  PREVIOUS_PODS). Only a release about one of them is stale: a release about a pod that never
-  held a worker (preempted before its prover claimed) is nothing to do, neither written nor
+* Only a write about an assignment a worker held and has since left is stale. The prover
+  releases (by ``Assignment``) only what it claimed, so its release of an assignment no
+  worker holds is stale. The operator's finalizer release (by ``PodRef``) knows nothing of
+  claims: a worker remembers the pods that held it before (``previousPods``, newest first,
+  at most PREVIOUS_PODS), and a finalizer release is stale only for one of those; for any
+  other pod (preempted before its prover claimed) it is nothing to do, neither written nor
   counted.
 * A missing WorkerStatus makes ``claim``, ``stage`` and ``heartbeat`` raise
   ``WorkerStatusMissing`` (the prover waits for the operator to create it); ``release`` and
@@ -80,16 +83,6 @@ class Gpu:
     uuid: str
     name: str = ""
     memory_bytes: int | None = None
-
-    @classmethod
-    def from_cuda_properties(cls, props: Mapping[str, Any]) -> Gpu:
-        """From ``cupy.cuda.runtime.getDeviceProperties(i)``: its 16 raw UUID bytes, written
-        as nvidia-smi does (``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``), name and memory."""
-        raw = bytes(props["uuid"]).hex()
-        uuid = f"GPU-{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:32]}"
-        name = props.get("name", b"")
-        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-        return cls(uuid, name.rstrip("\x00"), int(props.get("totalGlobalMem", 0)) or None)
 
     def as_status(self) -> dict[str, Any]:
         gpu: dict[str, Any] = {"uuid": self.uuid}
@@ -305,8 +298,10 @@ def decide_release(
     status: Mapping[str, Any], who: Assignment | PodRef, outcome: Outcome, now: datetime
 ) -> Decision[bool]:
     """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
-    outcome is success). A pod already released, or one that never held a worker, is a no-op;
-    a pod that held a worker since taken by another pod is stale."""
+    outcome is success). A pod already released is a no-op. Otherwise the release is stale
+    when ``who`` held a worker: always for an Assignment (the prover's, which claimed), for a
+    PodRef (the finalizer's) when a worker remembers the pod; else the pod never held a worker
+    and the release is a no-op."""
     workers = copy.deepcopy(status.get("workers") or [])
     uid = (who if isinstance(who, PodRef) else who.pod).uid
     holders = _holders(workers, uid)
@@ -316,7 +311,7 @@ def decide_release(
         return Decision(_new_status(status, workers, now), True)
     if any((w.get("pod") or {}).get("uid") == uid for w in workers):
         return Decision(None, False)
-    if _held_before(workers, uid):
+    if isinstance(who, Assignment) or _held_before(workers, uid):
         return _refuse(status, "release", who, now)
     return Decision(
         None, False, notes=(f"{_describe(who)} never held a worker: nothing to release",)

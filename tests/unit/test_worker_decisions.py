@@ -226,15 +226,25 @@ NEVER_HELD = {
 }
 
 
-@pytest.mark.parametrize("who", [A, A.pod], ids=["assignment", "pod-ref"])
 @pytest.mark.parametrize("before", NEVER_HELD.values(), ids=NEVER_HELD.keys())
-def test_release_of_a_pod_that_never_held_a_worker_writes_nothing(
-    before: dict[str, Any], who: Assignment | PodRef
+def test_finalizer_release_of_a_pod_that_never_held_a_worker_writes_nothing(
+    before: dict[str, Any],
 ) -> None:
-    got = decide_release(before, who, "disrupted", LATER)
+    got = decide_release(before, A.pod, "disrupted", LATER)
     assert (got.status, got.result, got.stale) == (None, False, None)
     (note,) = got.notes
     assert "uid-a)" in note and "never held a worker" in note
+
+
+@pytest.mark.parametrize("before", NEVER_HELD.values(), ids=NEVER_HELD.keys())
+def test_provers_release_of_an_assignment_no_worker_holds_is_stale(
+    before: dict[str, Any],
+) -> None:
+    """The prover releases only what it claimed: whatever the worker remembers, it held."""
+    got = decide_release(before, A, "succeeded", LATER)
+    assert (got.result, got.stale) == (False, "release")
+    assert got.status is not None
+    assert got.status["staleWritesRejected"] == before.get("staleWritesRejected", 0) + 1
 
 
 LATE_RELEASES = {
@@ -247,9 +257,12 @@ LATE_RELEASES = {
 }
 
 
+@pytest.mark.parametrize("who", [A, A.pod], ids=["assignment", "pod-ref"])
 @pytest.mark.parametrize("before", LATE_RELEASES.values(), ids=LATE_RELEASES.keys())
-def test_late_release_is_stale_and_changes_no_worker(before: dict[str, Any]) -> None:
-    got = decide_release(before, A, "succeeded", LATER)
+def test_late_release_is_stale_and_changes_no_worker(
+    before: dict[str, Any], who: Assignment | PodRef
+) -> None:
+    got = decide_release(before, who, "succeeded", LATER)
     assert (got.result, got.stale) == (False, "release")
     assert got.status is not None
     assert got.status["workers"] == before.get("workers", [])
@@ -312,17 +325,6 @@ def test_sweep_with_nothing_to_free_writes_nothing() -> None:
 
 
 # --- GPU identity ------------------------------------------------------------------------
-def test_gpu_from_cuda_properties_reads_like_nvidia_smi() -> None:
-    props = {
-        "uuid": bytes.fromhex("0b6f8d5e7f0c4a559d1e1c0ffee00001"),
-        "name": b"NVIDIA H200\x00\x00",
-        "totalGlobalMem": 150_754_820_096,
-    }
-    assert Gpu.from_cuda_properties(props) == Gpu(
-        "GPU-0b6f8d5e-7f0c-4a55-9d1e-1c0ffee00001", "NVIDIA H200", 150_754_820_096
-    )
-
-
 ENV = {
     "NODE_NAME": "gpu-node-1",
     "POD_NAME": "job-p0-a1",

@@ -4,8 +4,8 @@ compare the real object against a second, separate reading of the protocol.
 
 The model keeps only what the protocol decides: per worker its ID, GPU, state, stage, job,
 partition, attempt, pod UID, completed count and the pods that held it before (newest first),
-and the node's refused-write count. A release is stale only for a pod that held a worker
-before; one for a pod that never held a worker writes nothing.
+and the node's refused-write count. The finalizer's release is stale only for a pod a worker
+remembers; for a pod that never held a worker it writes nothing.
 Timestamps are the API server's business and are checked for presence only.
 """
 
@@ -74,7 +74,9 @@ class NodeModel:
             return False
         return True
 
-    def release(self, pod_uid: str, succeeded: bool) -> bool:
+    def release(self, pod_uid: str, succeeded: bool, *, by_pod_ref: bool = False) -> bool:
+        """The prover's release (by assignment: it claimed, so a miss is stale) or the
+        finalizer's (by pod: stale only for a pod a worker remembers)."""
         worker = self._holding(pod_uid)
         if worker is not None:
             worker.state, worker.stage, worker.job = "idle", None, None
@@ -83,7 +85,7 @@ class NodeModel:
             return True
         if any(w.state == "idle" and w.last_pod == pod_uid for w in self.workers.values()):
             return False
-        if any(pod_uid in w.previous for w in self.workers.values()):
+        if not by_pod_ref or any(pod_uid in w.previous for w in self.workers.values()):
             self.rejected += 1
         return False
 

@@ -85,7 +85,7 @@ def test_object_follows_the_model(
             else:
                 who = a if op == "release" else a.pod
                 got = release(admin, node, who, "succeeded" if succeeded else "failed")
-                want = model.release(a.pod_uid, succeeded)
+                want = model.release(a.pod_uid, succeeded, by_pod_ref=op == "finalizer")
             assert got == want, f"{op} of assignment {index} answered {got!r}"
             status = read_worker_status(admin, node).get("status") or {}
             assert observed(status) == model.expected(), f"after {op} of assignment {index}"

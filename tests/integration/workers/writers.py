@@ -4,10 +4,11 @@ A writer repeatedly takes a GPU's lease (the harness's stand-in for the kubelet'
 exclusivity), runs one fresh assignment on it (claim, then stages and heartbeats in random
 order, then release) and gives the lease back. While it holds a GPU it also sends, on
 purpose, late writes about assignments it ran on that GPU before (the stale finalizer):
-those must be refused. A write that gives up after the conflict budget is tried again (and
-counted), as callers are told to. It checks every answer against what the protocol promises
-and reports what the test's model needs: per assignment its GPU, order on that GPU, outcome
-and stages.
+those must be refused, except a finalizer release about a pod the worker no longer remembers
+(more than PREVIOUS_PODS assignments ago), which is nothing to do. A write that gives up after
+the conflict budget is tried again (and counted), as callers are told to. It checks every
+answer against what the protocol promises and reports what the test's model needs: per
+assignment its GPU, order on that GPU, outcome and stages.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes import config
 
-from kuzk.workers import Assignment, Gpu, WorkerWriteConflict, claim, heartbeat, release, stage
+from kuzk.workers import (
+    PREVIOUS_PODS,
+    Assignment,
+    Gpu,
+    WorkerWriteConflict,
+    claim,
+    heartbeat,
+    release,
+    stage,
+)
 
 STAGES = ("synthesizing", "synth_done", "gpu")
 T = TypeVar("T")
@@ -69,7 +79,7 @@ def run_writer(
     api = config.new_client_from_config(config_file=kubeconfig)
     rng = random.Random(seed)
     report = Report(writer)
-    past: dict[int, list[Assignment]] = {g: [] for g in range(len(gpus))}
+    past: dict[int, list[tuple[int, Assignment]]] = {g: [] for g in range(len(gpus))}
 
     def call(operation: Callable[..., T], *args: Any) -> T:
         # Giving up after the conflict budget means that no write landed: the caller may
@@ -112,8 +122,9 @@ def run_writer(
                 if step == "heartbeat":
                     expect("heartbeat", call(heartbeat, a), True)
                 elif step == "stale":
-                    _send_stale(call, rng, rng.choice(past[g]), expect)
-                    report.stale_sent += 1
+                    old_order, old = rng.choice(past[g])
+                    remembered = order - old_order <= PREVIOUS_PODS
+                    report.stale_sent += _send_stale(call, rng, old, remembered, expect)
                 else:
                     expect(f"stage {step}", call(stage, a, step), True)
                     stages.append(step)
@@ -122,21 +133,27 @@ def run_writer(
             if rng.random() < 0.2:
                 # The operator's finalizer after the prover's own release: done, not stale.
                 expect("second release", call(release, a.pod, "succeeded"), False)
-        past[g].append(a)
+        past[g].append((order, a))
         report.ran.append(Ran(g, order, a.pod_uid, worker, stages, succeeded))
     return asdict(report)
 
 
-def _send_stale(call: Any, rng: random.Random, old: Assignment, expect: Any) -> None:
+def _send_stale(
+    call: Any, rng: random.Random, old: Assignment, remembered: bool, expect: Any
+) -> int:
+    """Send one late write about ``old``; 1 if it must be refused and counted, else 0 (a
+    finalizer release about a pod the worker no longer remembers writes nothing)."""
     kind = rng.choice(("release", "finalizer", "stage", "heartbeat"))
     if kind == "release":
         expect("stale release", call(release, old, "succeeded"), False)
     elif kind == "finalizer":
         expect("stale finalizer release", call(release, old.pod, "succeeded"), False)
+        return int(remembered)
     elif kind == "stage":
         expect("stale stage", call(stage, old, rng.choice(STAGES)), False)
     else:
         expect("stale heartbeat", call(heartbeat, old), False)
+    return 1
 
 
 def process_main(queue: Any, *args: Any) -> None:
