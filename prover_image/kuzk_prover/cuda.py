@@ -23,8 +23,8 @@ import numpy as np
 
 from kuzk_prover import field
 from kuzk_prover.cuda_source import ROW_LOG2, TILE_LOG2, kernel_source, transform_launches
+from kuzk_prover.domain import coset_tables, log2_size
 from kuzk_prover.field import MONT_R_MOD_P, P
-from kuzk_prover.ntt import coset_tables, log2_size
 
 Launch = Callable[[str, int, int, tuple[Any, ...]], None]
 """launch(kernel_name, blocks, threads_per_block, args)."""
@@ -207,28 +207,3 @@ def pipeline() -> DevicePipeline:
     import cupy
 
     return _cupy_pipeline(cupy.cuda.Device().id)
-
-
-def ntt(x: Any) -> Any:
-    """Forward NTT of a CuPy uint64 vector on its device."""
-    return pipeline().ntt(x)
-
-
-def intt(y: Any) -> Any:
-    """Inverse NTT of a CuPy uint64 vector on its device."""
-    return pipeline().intt(y)
-
-
-def coset_ntt(x: Any) -> Any:
-    """Coset NTT of a CuPy uint64 vector on its device."""
-    return pipeline().coset_ntt(x)
-
-
-def coset_intt(y: Any) -> Any:
-    """Inverse coset NTT of a CuPy uint64 vector on its device."""
-    return pipeline().coset_intt(y)
-
-
-def quotient(a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]:
-    """(h, a, b, c) coefficients on the device, from CuPy evaluations over H."""
-    return pipeline().quotient(a, b, c, vanishing)

@@ -14,34 +14,24 @@ twiddles are ever built. Twiddles are cached per size; the n-element tables (the
 twiddle matrix and the coset powers) are cached only up to 2^22 elements and rebuilt per call
 above that, where they would pin gigabytes.
 
-CuPy arrays go to the hand-written kernels in ``kuzk_prover.cuda`` instead.
+CuPy arrays go to the hand-written kernels in ``kuzk_prover.cuda`` instead: ``transforms(xp)``
+is the one place that chooses between the two.
 """
 
 from __future__ import annotations
 
 import functools
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from kuzk_prover import field
-from kuzk_prover.field import GENERATOR, TWO_ADICITY, U64, P
+from kuzk_prover import cuda, field
+from kuzk_prover.domain import CACHE_TABLES_UP_TO_LOG2, coset_tables, log2_size
+from kuzk_prover.field import U64, P
 from kuzk_prover.xp import array_namespace, is_cupy
 
-CACHE_TABLES_UP_TO_LOG2 = 22
-"""n-element tables are cached for n ≤ 2^22 (32 MiB each as uint64)."""
-
 _P = np.uint64(P)
-
-
-def log2_size(n: int) -> int:
-    """log2(n) for a supported transform size, or ValueError naming the size."""
-    log_n = n.bit_length() - 1
-    if n < 1 or n != 1 << log_n or log_n > TWO_ADICITY:
-        msg = f"NTT size {n} is not a power of two between 1 and 2^{TWO_ADICITY}"
-        raise ValueError(msg)
-    return log_n
 
 
 @functools.lru_cache(maxsize=64)
@@ -82,24 +72,6 @@ def _twiddle_matrix(log_n1: int, log_n2: int) -> np.ndarray:
     if log_n1 + log_n2 <= CACHE_TABLES_UP_TO_LOG2:
         return _cached_twiddle_matrix(log_n1, log_n2)
     return _build_twiddle_matrix(log_n1, log_n2)
-
-
-def _build_coset_tables(log_n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(g^i, g^-i / n) for i < n: the coset shift and the inverse coset's unshift and scale."""
-    n = 1 << log_n
-    shift = field.powers(GENERATOR, n)
-    unshift = field.mul(field.powers(field.inverse_int(GENERATOR), n), U64(field.inverse_int(n)))
-    return shift, unshift
-
-
-_cached_coset_tables = functools.lru_cache(maxsize=8)(_build_coset_tables)
-
-
-def coset_tables(log_n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(g^i, g^-i / n) for a size-2^log_n coset, cached up to the table size limit."""
-    if log_n <= CACHE_TABLES_UP_TO_LOG2:
-        return _cached_coset_tables(log_n)
-    return _build_coset_tables(log_n)
 
 
 def _on(xp: ModuleType, table: np.ndarray) -> Any:
@@ -166,6 +138,52 @@ def _reverse_tail(y: Any, xp: ModuleType) -> Any:
     return xp.concatenate((y[:1], y[:0:-1]))
 
 
+class Transforms(Protocol):
+    """The transforms of one namespace, on flat uint64 vectors whose size was checked."""
+
+    def ntt(self, x: Any) -> Any: ...
+    def intt(self, y: Any) -> Any: ...
+    def coset_ntt(self, x: Any) -> Any: ...
+    def coset_intt(self, y: Any) -> Any: ...
+    def quotient(self, a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]: ...
+
+
+class ArrayTransforms:
+    """The transforms as whole-array operations of ``xp`` (the four-step Stockham code)."""
+
+    def __init__(self, xp: ModuleType) -> None:
+        self.xp = xp
+
+    def ntt(self, x: Any) -> Any:
+        return _forward(x, self.xp)
+
+    def intt(self, y: Any) -> Any:
+        forward = _reverse_tail(_forward(y, self.xp), self.xp)
+        return field.mul(forward, U64(field.inverse_int(y.shape[0])))
+
+    def coset_ntt(self, x: Any) -> Any:
+        shift, _ = coset_tables(log2_size(x.shape[0]))
+        return _forward(field.mul(x, _on(self.xp, shift)), self.xp)
+
+    def coset_intt(self, y: Any) -> Any:
+        _, unshift = coset_tables(log2_size(y.shape[0]))
+        return field.mul(_reverse_tail(_forward(y, self.xp), self.xp), _on(self.xp, unshift))
+
+    def quotient(self, a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]:
+        """(h, a, b, c) coefficients from evaluations over H: seven transforms in sequence."""
+        ca, cb, cc = (self.intt(v) for v in (a, b, c))
+        on_coset = field.mul(self.coset_ntt(ca), self.coset_ntt(cb))
+        on_coset = field.sub(on_coset, self.coset_ntt(cc))
+        on_coset = field.mul(on_coset, U64(field.inverse_int(vanishing)))
+        return self.coset_intt(on_coset), ca, cb, cc
+
+
+def transforms(xp: ModuleType) -> Transforms:
+    """The one dispatch on the namespace: CuPy arrays go to the device kernels of
+    ``kuzk_prover.cuda``, other arrays to the array code here."""
+    return cuda.pipeline() if is_cupy(xp) else ArrayTransforms(xp)
+
+
 def _check(x: Any, xp: ModuleType | None) -> tuple[Any, ModuleType]:
     xp = array_namespace(x) if xp is None else xp
     if x.ndim != 1:
@@ -178,41 +196,22 @@ def _check(x: Any, xp: ModuleType | None) -> tuple[Any, ModuleType]:
 def ntt(x: Any, /, *, xp: ModuleType | None = None) -> Any:
     """Evaluations X[k] = Σ x[i]·ω^(ik) of the coefficients ``x`` over H = ⟨ω⟩, |H| = len(x)."""
     x, xp = _check(x, xp)
-    if is_cupy(xp):
-        from kuzk_prover import cuda
-
-        return cuda.ntt(x)
-    return _forward(x, xp)
+    return transforms(xp).ntt(x)
 
 
 def intt(y: Any, /, *, xp: ModuleType | None = None) -> Any:
     """Coefficients of the polynomial whose evaluations over H are ``y``."""
     y, xp = _check(y, xp)
-    if is_cupy(xp):
-        from kuzk_prover import cuda
-
-        return cuda.intt(y)
-    n = y.shape[0]
-    return field.mul(_reverse_tail(_forward(y, xp), xp), U64(field.inverse_int(n)))
+    return transforms(xp).intt(y)
 
 
 def coset_ntt(x: Any, /, *, xp: ModuleType | None = None) -> Any:
     """Evaluations of the coefficients ``x`` over the coset g·H (g = 31)."""
     x, xp = _check(x, xp)
-    if is_cupy(xp):
-        from kuzk_prover import cuda
-
-        return cuda.coset_ntt(x)
-    shift, _ = coset_tables(log2_size(x.shape[0]))
-    return _forward(field.mul(x, _on(xp, shift)), xp)
+    return transforms(xp).coset_ntt(x)
 
 
 def coset_intt(y: Any, /, *, xp: ModuleType | None = None) -> Any:
     """Coefficients of the polynomial whose evaluations over g·H are ``y``."""
     y, xp = _check(y, xp)
-    if is_cupy(xp):
-        from kuzk_prover import cuda
-
-        return cuda.coset_intt(y)
-    _, unshift = coset_tables(log2_size(y.shape[0]))
-    return field.mul(_reverse_tail(_forward(y, xp), xp), _on(xp, unshift))
+    return transforms(xp).coset_intt(y)

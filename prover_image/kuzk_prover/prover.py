@@ -24,7 +24,6 @@ from kuzk_prover.quotient import quotient
 
 log = logging.getLogger(__name__)
 
-STAGES = ("synthesizing", "synth_done", "gpu")
 OnStage = Callable[[str], None]
 
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from kuzk_prover import field, ntt
-from kuzk_prover.field import GENERATOR, U64, P
-from kuzk_prover.xp import array_namespace, is_cupy
+from kuzk_prover import field
+from kuzk_prover.domain import log2_size
+from kuzk_prover.field import GENERATOR, P
+from kuzk_prover.ntt import transforms
+from kuzk_prover.xp import array_namespace
 
 
 @dataclass(frozen=True)
@@ -48,17 +50,9 @@ def quotient(a: Any, b: Any, c: Any, *, xp: ModuleType | None = None) -> Quotien
     if not a.shape == b.shape == c.shape:
         msg = f"a, b, c must have one shape, got {a.shape}, {b.shape}, {c.shape}"
         raise ValueError(msg)
-    log_n = ntt.log2_size(a.shape[0])
-    if is_cupy(xp):
-        from kuzk_prover import cuda
-
-        h, ca, cb, cc = cuda.quotient(a, b, c, vanishing_on_coset(log_n))
-        return Quotient(h=h, a=ca, b=cb, c=cc)
-    ca, cb, cc = (ntt.intt(v, xp=xp) for v in (a, b, c))
-    on_coset = field.mul(ntt.coset_ntt(ca, xp=xp), ntt.coset_ntt(cb, xp=xp))
-    on_coset = field.sub(on_coset, ntt.coset_ntt(cc, xp=xp))
-    on_coset = field.mul(on_coset, U64(field.inverse_int(vanishing_on_coset(log_n))))
-    return Quotient(h=ntt.coset_intt(on_coset, xp=xp), a=ca, b=cb, c=cc)
+    log_n = log2_size(a.shape[0])
+    h, ca, cb, cc = transforms(xp).quotient(a, b, c, vanishing_on_coset(log_n))
+    return Quotient(h=h, a=ca, b=cb, c=cc)
 
 
 def evaluate(polys: tuple[Any, ...], point: int) -> tuple[int, ...]:

@@ -50,3 +50,21 @@ def test_gpu_description_names_gpu_uuid_and_memory() -> None:
     assert "gpu='NVIDIA H100'" in described
     assert "uuid=GPU-00010203-0405-0607-0809-0a0b0c0d0e0f" in described
     assert "memory=80.0GiB" in described
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (
+            bytes.fromhex("0b6f8d5e7f0c4a559d1e1c0ffee00001"),
+            "GPU-0b6f8d5e-7f0c-4a55-9d1e-1c0ffee00001",
+        ),
+        ("GPU-already-text", "GPU-already-text"),
+        (None, None),
+    ],
+    ids=["raw-bytes", "text", "none"],
+)
+def test_gpu_uuid_is_written_as_nvidia_smi_does(
+    raw: bytes | str | None, expected: str | None
+) -> None:
+    assert backend._format_uuid(raw) == expected

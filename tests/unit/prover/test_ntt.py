@@ -8,7 +8,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from kuzk_prover import field, ntt
+from kuzk_prover import domain, field, ntt
 from kuzk_prover.field import GENERATOR, P
 
 
@@ -72,7 +72,7 @@ def test_ntt_leaves_its_input_alone(rng: np.random.Generator) -> None:
 @pytest.mark.parametrize("n", [0, 3, 12, 2**28])
 def test_unsupported_sizes_are_refused(n: int) -> None:
     with pytest.raises(ValueError, match=f"NTT size {n} "):
-        ntt.log2_size(n)
+        domain.log2_size(n)
 
 
 def test_two_dimensional_input_is_refused() -> None:
