@@ -55,8 +55,9 @@ Outcome = Literal["succeeded", "failed", "disrupted", "lost"]
 CONFLICT_BUDGET_S = 2.0
 BACKOFF_BASE_S = 0.005
 BACKOFF_CAP_S = 0.25
-# No write waits longer than this for an API server that accepted the connection.
-REQUEST_TIMEOUT_S = 10.0
+# A write gives up on a connection the API server never accepts after 10 s, and on an answer
+# only after 2 min (answers are slow under load, and a write that times out may have landed).
+_TIMEOUTS = (10.0, 120.0)
 HEARTBEAT_INTERVAL_S = 10.0
 PREVIOUS_PODS = 16
 SWEEP_MISSED_HEARTBEATS = 3
@@ -371,14 +372,14 @@ def guarded_write(
         try:
             current = cast(
                 dict[str, Any],
-                objects.get_cluster_custom_object(*where, _request_timeout=REQUEST_TIMEOUT_S),
+                objects.get_cluster_custom_object(*where, _request_timeout=_TIMEOUTS),
             )
             decision = decide(current.get("status") or {})
             if decision.status is not None:
                 objects.replace_cluster_custom_object_status(
                     *where,
                     {**current, "status": decision.status},
-                    _request_timeout=REQUEST_TIMEOUT_S,
+                    _request_timeout=_TIMEOUTS,
                 )
         except ApiException as error:
             if error.status == 404:
