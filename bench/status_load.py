@@ -20,7 +20,8 @@ through the status subresource as the operator and the provers write it. Then:
 
 It prints latency (p50, p99) and requests/s per round, the throughput ratios against the naive
 handler, RSS and lag, beside the goals (p99 under 50 ms, at least 20x the naive throughput,
-RSS under 300 MB, lag under 2 s). Clients, server and API server share this machine's CPUs.
+RSS under 300 MB, lag under 2 s). Clients, server and API server share this machine's CPUs;
+each round also prints the machine's load average, since other work on it skews the times.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -306,6 +308,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for name, target, conditional, pace in rounds:
                 results[name] = asyncio.run(load(target, args.clients, args.seconds,
                                                  conditional=conditional, pace=pace))
+                results[name]["loadavg_1m"] = os.getloadavg()[0]
                 report_round(name, results[name])
             stop_group(naive)  # it would go on working through abandoned requests
             results["rss_mb"], results["peak_rss_mb"] = rss_mb(server.pid)
@@ -329,7 +332,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def report_round(name: str, r: dict[str, Any]) -> None:
     print(f"  {name:<18} {r['rps']:9.1f} req/s   p50 {r['p50_ms']:8.1f} ms   "
-          f"p99 {r['p99_ms']:8.1f} ms   {r['requests']:6d} answers {r['codes']}", flush=True)
+          f"p99 {r['p99_ms']:8.1f} ms   {r['requests']:6d} answers {r['codes']}"
+          f"   (load average {r['loadavg_1m']:.1f})", flush=True)
 
 
 def report(r: dict[str, Any]) -> None:
