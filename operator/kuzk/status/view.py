@@ -3,7 +3,9 @@
 The watches call ``listed`` after each full list and ``event`` for each watch event; requests
 only call ``document``. Every change that shows on the screen bumps ``revision``; the rendered
 body (and its gzip) is cached per revision and filter, so any number of pollers cost one
-serialization per change, and the ETag is the revision, so ``If-None-Match`` costs nothing.
+serialization per change, and the ETag names the render, so ``If-None-Match`` costs nothing.
+An unchanged view is rendered again every ``refresh`` seconds, so its times move on and jobs
+past ``--keep-finished`` leave even when nothing else happens.
 Rendering a thousand jobs takes a noticeable fraction of a second, so it runs in a thread on
 a copy of the view, and while it runs requests get the previous document if that is less
 than ``max_stale`` old: a change delays nobody, and renders happen at most once per render
@@ -30,6 +32,7 @@ PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", 
 RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES)
 CACHE_ENTRIES = 64
 MAX_STALE_S = 1.0
+REFRESH_S = 5.0
 GZIP_LEVEL = 5
 
 
@@ -65,6 +68,7 @@ class StatusView:
     keep_finished: float
     clock: Callable[[], float] = time.time
     max_stale: float = MAX_STALE_S
+    refresh: float = REFRESH_S
     started: float = field(default=0.0)
     revision: int = 0
 
@@ -80,6 +84,7 @@ class StatusView:
         self.instance = secrets.token_hex(4)
         self._cache: dict[Filters, Rendered] = {}
         self._rendering: dict[Filters, asyncio.Task[Rendered]] = {}
+        self._renders = 0
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -157,18 +162,21 @@ class StatusView:
                         self.history.copy())
 
     async def document(self, filters: Filters) -> Rendered:
-        """The document for ``filters``: the cached one while it is current, or while it is
-        younger than ``max_stale`` and a fresh one is being rendered (so no request waits for
-        a render it need not wait for); else the fresh one."""
+        """The document for ``filters``: the cached one while it is current (same revision,
+        rendered less than ``refresh`` ago); while a fresh one renders, the cached one if only
+        time moved on or it is younger than ``max_stale`` (so no request waits for a render it
+        need not wait for); else the fresh one."""
+        now = self.clock()
         cached = self._cache.get(filters)
-        if cached is not None and cached.revision == self.revision:
+        current = cached is not None and cached.revision == self.revision
+        if cached is not None and current and now - cached.made_at < self.refresh:
             return cached
         task = self._rendering.get(filters)
         if task is None:
             task = asyncio.create_task(self._render(filters), name=f"render {filters}")
             self._rendering[filters] = task
             task.add_done_callback(lambda _: self._rendering.pop(filters, None))
-        if cached is not None and self.clock() - cached.made_at < self.max_stale:
+        if cached is not None and (current or now - cached.made_at < self.max_stale):
             return cached
         return await asyncio.shield(task)
 
@@ -177,13 +185,12 @@ class StatusView:
         snap, sync = self.snapshot(), self.sync(now)
         body, gzipped = await asyncio.to_thread(_serialize, snap, now, sync,
                                                 self.keep_finished, filters)
-        tag = f'"{self.instance}.{revision}.{filters.namespace or ""}.{filters.kind or ""}"'
+        self._renders += 1
+        tag = f'"{self.instance}.{self._renders}"'
         rendered = Rendered(tag, body, gzipped, revision, now)
-        current = self._cache.get(filters)
-        if current is None or current.revision < revision:
-            if current is None and len(self._cache) >= CACHE_ENTRIES:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[filters] = rendered
+        if filters not in self._cache and len(self._cache) >= CACHE_ENTRIES:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[filters] = rendered
         return rendered
 
     # --- the stores ----------------------------------------------------------------------

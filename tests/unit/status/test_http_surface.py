@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import json
 import re
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -68,6 +69,17 @@ async def test_a_change_gets_a_new_etag(http: Client, feed: Feed, view: StatusVi
     assert (await changed.json())["pipelines"][0]["partitions_done"] == 2
 
 
+async def next_document(http: Client, etag: str) -> dict[str, Any]:
+    """Poll until /status answers with another ETag (the render in its thread is done)."""
+    for _ in range(500):  # 5 s at most
+        response = await http.get("/status", headers={"If-None-Match": etag})
+        if response.status == 200:
+            body: dict[str, Any] = await response.json()
+            return body
+        await asyncio.sleep(0.01)
+    pytest.fail("no fresh document came")
+
+
 async def test_while_a_fresh_document_renders_the_last_one_is_served(
         http: Client, feed: Feed, view: StatusView) -> None:
     fill(feed)
@@ -76,19 +88,23 @@ async def test_while_a_fresh_document_renders_the_last_one_is_served(
     # the clock stands still: the last document is younger than max_stale
     stale = await http.get("/status", headers={"If-None-Match": etag})
     assert stale.status == 304
+    assert (await next_document(http, etag))["pipelines"][0]["partitions_done"] == 2
 
-    async def fresh() -> bool:
-        response = await http.get("/status", headers={"If-None-Match": etag})
-        return response.status == 200
 
-    for _ in range(500):  # wait for the render in its thread, 5 s at most
-        if await fresh():
-            break
-        await asyncio.sleep(0.01)
-    else:
-        pytest.fail("the fresh document never came")
-    body = await (await http.get("/status")).json()
-    assert body["pipelines"][0]["partitions_done"] == 2
+async def test_an_unchanged_view_is_rendered_again_as_time_passes(
+        http: Client, feed: Feed, view: StatusView, clock: Clock) -> None:
+    fill(feed)  # job b finished at T0; --keep-finished is 600 s
+    first = await http.get("/status")
+    etag, body = first.headers["ETag"], await first.json()
+    assert [p["name"] for p in body["pipelines"]] == ["a", "b"]
+    clock.now += view.refresh / 2
+    assert (await http.get("/status", headers={"If-None-Match": etag})).status == 304
+    clock.now = T0 + 601
+    # nothing changed but time: the old document is served while the new one renders
+    assert (await http.get("/status", headers={"If-None-Match": etag})).status == 304
+    later = await next_document(http, etag)
+    assert [p["name"] for p in later["pipelines"]] == ["a"]
+    assert later["uptime_secs"] == 601
 
 
 async def test_an_unchanged_object_keeps_the_etag(http: Client, feed: Feed,
