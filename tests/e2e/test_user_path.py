@@ -4,13 +4,15 @@
    ServiceAccount; a second release installs beside it without a name collision.
 2. ``kubectl apply -f`` of every example (circuitLog2 lowered in edited copies): every job
    Succeeds; ``kubectl get pj`` and ``kubectl get ws`` print their columns; ``/status`` of each
-   status-server replica and Prometheus (kubernetes_sd_configs, pod annotations) agree with
-   the API objects.
-3. ``helm upgrade`` of the operator's log format while a job runs: the rollout finishes, the
+   status-server replica agrees with the API objects.
+3. A real Prometheus finds the replicas through kubernetes_sd_configs (role pod, a token with
+   only the discovery grant) and their annotations, scrapes them at their pod IPs, and its
+   answers (and the README's PromQL queries) agree with ``/status`` and the objects.
+4. ``helm upgrade`` of the operator's log format while a job runs: the rollout finishes, the
    job completes with no partition proved twice, finished jobs are untouched.
-4. RBAC is minimal: ``kubectl auth can-i`` denials and real calls with each ServiceAccount's
+5. RBAC is minimal: ``kubectl auth can-i`` denials and real calls with each ServiceAccount's
    token.
-5. ``helm uninstall`` removes everything the chart made; no pod is left on the release
+6. ``helm uninstall`` removes everything the chart made; no pod is left on the release
    finalizer, and a ProofJob left behind can still be deleted.
 
 The steps share one release (a module fixture) and run in file order. Pods run in the process
@@ -76,6 +78,20 @@ def chart_values(namespace: str) -> list[str]:
     ]
 
 
+def helm(r: Release, *args: str) -> str:
+    """Run helm; on failure, say what the release's pods were doing (status and log tails)."""
+    out = r.cluster.helm(*args, check=False)
+    if out.returncode == 0:
+        return out.stdout
+    report = [f"helm {' '.join(args)} exited {out.returncode}: {out.stderr.strip()}",
+              r.cluster.kubectl("get", "pods,deployments", "-n", r.namespace, "-o", "wide",
+                                check=False).stdout]
+    for log in sorted(r.kubelet.workdir.glob(f"pods/{r.namespace}_*/*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-8:]
+        report += [f"--- {log.parent.name}/{log.name}", *lines]
+    raise AssertionError("\n".join(report))
+
+
 def _drop_namespace(cluster: Cluster, namespace: str) -> None:
     for pod in cluster.core.list_namespaced_pod(namespace).items:
         if pod.metadata.finalizers:
@@ -137,8 +153,8 @@ def completed_by_workers(r: Release) -> int:
 # --- 1. install -----------------------------------------------------------------------------
 def test_1_helm_install_runs_everything_under_its_own_service_account(release: Release) -> None:
     r = release
-    out = r.cluster.helm("install", RELEASE, str(CHART), "-n", r.namespace, "--wait",
-                         "--timeout", "180s", *chart_values(r.namespace)).stdout
+    out = helm(r, "install", RELEASE, str(CHART), "-n", r.namespace, "--wait",
+               "--timeout", "180s", *chart_values(r.namespace))
     notes = out.split("NOTES:", 1)[1]
     assert f"kubectl apply -n {r.namespace} -f examples/snap-update.yaml" in notes
     assert f"kubectl get pj,ws -n {r.namespace}" in notes
@@ -246,7 +262,7 @@ def _prometheus_agrees(r: Release, prom: prometheus.Prometheus, pj: list[dict[st
     assert float(answer["value"][1]) >= 0
 
 
-def test_2_every_example_succeeds_and_status_and_prometheus_agree(release: Release) -> None:
+def test_2_every_example_succeeds_and_status_agrees(release: Release) -> None:
     r = release
     r.cluster.kubectl("apply", "-n", r.namespace, "-f", str(_lowered_examples(r)))
     examples = [yaml.safe_load(p.read_text()) for p in EXAMPLES.glob("*.yaml")]
@@ -270,6 +286,16 @@ def test_2_every_example_succeeds_and_status_and_prometheus_agree(release: Relea
     assert sorted(line.split()[0] for line in got[1:]) == sorted(r.kubelet.nodes)
 
     _status_agrees(r, pj)
+    r.finished = {j["metadata"]["name"]: (j["status"], sorted(
+        p.metadata.name for p in job_pods(r.cluster, r.namespace, j["metadata"]["name"])))
+        for j in pj}
+
+
+# --- 3. Prometheus --------------------------------------------------------------------------
+def test_3_prometheus_discovers_the_status_server_and_agrees(release: Release) -> None:
+    r = release
+    assert r.finished, "step 2 left no finished jobs"
+    pj = jobs(r)
     r.cluster.kubectl("apply", "-f", "-",
                       input=yaml.safe_dump_all(prometheus.discovery_objects(r.namespace)))
     token = r.cluster.kubectl("create", "token", prometheus.SERVICE_ACCOUNT, "-n",
@@ -280,13 +306,10 @@ def test_2_every_example_succeeds_and_status_and_prometheus_agree(release: Relea
                             token_file=r.workdir / "prometheus-token", namespace=r.namespace)
     with prometheus.Prometheus(r.workdir / "prometheus", cfg) as prom:
         _prometheus_agrees(r, prom, pj)
-    r.finished = {j["metadata"]["name"]: (j["status"], sorted(
-        p.metadata.name for p in job_pods(r.cluster, r.namespace, j["metadata"]["name"])))
-        for j in pj}
 
 
-# --- 3. upgrade while a job runs ------------------------------------------------------------
-def test_3_helm_upgrade_while_a_job_runs(release: Release) -> None:
+# --- 4. upgrade while a job runs ------------------------------------------------------------
+def test_4_helm_upgrade_while_a_job_runs(release: Release) -> None:
     r = release
     assert r.finished, "step 2 left no finished jobs"
     before = completed_by_workers(r)
@@ -297,8 +320,8 @@ def test_3_helm_upgrade_while_a_job_runs(release: Release) -> None:
         return st.get("phase") == "Running" and st.get("succeeded", 0) >= 1
 
     wait_for(running, 120, "during-upgrade Running with a partition done", interval=0.2)
-    r.cluster.helm("upgrade", RELEASE, str(CHART), "-n", r.namespace, "--reuse-values",
-                   "--set", "operator.logFormat=plain", "--wait", "--timeout", "180s")
+    helm(r, "upgrade", RELEASE, str(CHART), "-n", r.namespace, "--reuse-values",
+         "--set", "operator.logFormat=plain", "--wait", "--timeout", "180s")
     r.cluster.kubectl("rollout", "status", f"deployment/{OPERATOR}", "-n", r.namespace,
                       "--timeout=120s")
     job = get_job(r.cluster, r.namespace, "during-upgrade")
@@ -325,7 +348,7 @@ def test_3_helm_upgrade_while_a_job_runs(release: Release) -> None:
             == pod_names
 
 
-# --- 4. RBAC --------------------------------------------------------------------------------
+# --- 5. RBAC --------------------------------------------------------------------------------
 def _can(r: Release, account: str, *args: str) -> bool:
     out = r.cluster.kubectl("auth", "can-i", *args, "-n", r.namespace,
                             f"--as=system:serviceaccount:{r.namespace}:{account}", check=False)
@@ -340,7 +363,7 @@ def _as(r: Release, account: str, *args: str) -> str:
     return out.stdout + out.stderr
 
 
-def test_4_rbac_is_minimal(release: Release) -> None:
+def test_5_rbac_is_minimal(release: Release) -> None:
     r = release
     assert _can(r, OPERATOR, "create", "pods")
     assert not _can(r, OPERATOR, "get", "secrets")
@@ -367,8 +390,8 @@ def test_4_rbac_is_minimal(release: Release) -> None:
     assert job is not None and "touched" not in (job["metadata"].get("labels") or {})
 
 
-# --- 5. uninstall ---------------------------------------------------------------------------
-def test_5_helm_uninstall_removes_what_the_chart_made(release: Release) -> None:
+# --- 6. uninstall ---------------------------------------------------------------------------
+def test_6_helm_uninstall_removes_what_the_chart_made(release: Release) -> None:
     r = release
     manifest = r.cluster.helm("get", "manifest", RELEASE, "-n", r.namespace).stdout
     made = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", r.namespace))
@@ -382,7 +405,7 @@ def test_5_helm_uninstall_removes_what_the_chart_made(release: Release) -> None:
     assert all(api.FINALIZER in (p.metadata.finalizers or [])
                for p in job_pods(r.cluster, r.namespace, "stuck"))
 
-    r.cluster.helm("uninstall", RELEASE, "-n", r.namespace, "--wait", "--timeout", "120s")
+    helm(r, "uninstall", RELEASE, "-n", r.namespace, "--wait", "--timeout", "120s")
     for kind, name, ns in made:
         out = r.cluster.kubectl("get", kind, name, "-n", ns, check=False)
         assert out.returncode != 0 and "NotFound" in out.stderr, (kind, name, out.stdout)
