@@ -1,13 +1,17 @@
 """Process kubelets for a fleet of GPU nodes, in a process of their own (bench/fleet_scale.py).
 
 Why: hundreds of pods run at once at fleet scale, and the process kubelet gives each a thread;
-in the benchmark's own process they would starve the watches that time the run. Nodes are
-served by several kubelets of ``--per-kubelet`` nodes each: one kubelet registers its nodes
-one after another and renews their leases in one loop, and under load 64 nodes in one loop
-outlast the node lifecycle controller's grace period.
+in the benchmark's own process they would starve the watches that time the run. Each node
+gets a kubelet of its own, as in a real cluster: the test kubelet registers its nodes one
+after another and renews their leases in one loop, and it watches every pod of the cluster,
+decoding each event into a client model. At 64 nodes on two loaded cores that is too slow:
+leases lapse past the node lifecycle controller's grace period (the node goes NotReady and,
+since the test kubelet posts node status only once, stays so) and bound pods wait for a
+kubelet whose watch has fallen behind. ``NodeKubelet`` is the test kubelet watching only its
+node's pods (``spec.nodeName``, as a real kubelet does) and reading the events as raw JSON.
 
     python bench/fleet_kubelets.py --kubeconfig K --server URL --ca-cert F --workdir D \\
-        --nodes 64 --gpus 8 [--per-kubelet 8]
+        --nodes 64 --gpus 8
 
 Node names are ``fleet-n00`` and up. It prints ``READY`` once every node is registered and
 runs until SIGTERM, then stops every pod and deletes its nodes.
@@ -16,6 +20,8 @@ runs until SIGTERM, then stops every pod and deletes its nodes.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import signal
 import sys
 import threading
@@ -28,6 +34,45 @@ if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in t
     sys.path.insert(0, str(ROOT))
 
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet  # noqa: E402
+
+log = logging.getLogger("fleet_kubelets")
+
+
+class NodeKubelet(ProcessKubelet):
+    """The test kubelet for one node, watching only that node's pods, as raw JSON."""
+
+    def _watch_pods(self) -> None:
+        (node,) = self.nodes
+        on_node = f"spec.nodeName={node}"
+        while not self.stopping.is_set():
+            try:
+                listing = json.loads(self.core.list_pod_for_all_namespaces(
+                    field_selector=on_node, _preload_content=False).data)
+                for pod in listing["items"]:
+                    self._on_pod(pod)
+                response = self.core.list_pod_for_all_namespaces(
+                    field_selector=on_node, watch=True,
+                    resource_version=listing["metadata"]["resourceVersion"],
+                    timeout_seconds=30, _preload_content=False, _request_timeout=40)
+                pending = b""
+                for chunk in response.stream(amt=None, decode_content=False):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in filter(bytes.strip, lines):
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(event["object"])
+                        if event["type"] == "DELETED":
+                            self._on_deleted(event["object"])
+                        elif event["type"] in ("ADDED", "MODIFIED"):
+                            self._on_pod(event["object"])
+                    if self.stopping.is_set():
+                        response.close()
+                        break
+            except Exception:  # list again after any watch failure (expired RV, API restart)
+                if not self.stopping.is_set():
+                    log.debug("pod watch of %s restarted", node, exc_info=True)
+                    self.stopping.wait(0.5)
 
 
 def node_names(count: int) -> list[str]:
@@ -42,20 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, required=True, help="pods' folders go here")
     parser.add_argument("--nodes", type=int, required=True, help="GPU nodes")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs per node")
-    parser.add_argument("--per-kubelet", type=int, default=8, help="nodes per kubelet (8)")
     args = parser.parse_args(argv)
-    if min(args.nodes, args.gpus, args.per_kubelet) < 1:
-        parser.error("--nodes, --gpus and --per-kubelet must be at least 1")
+    if min(args.nodes, args.gpus) < 1:
+        parser.error("--nodes and --gpus must be at least 1")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     specs = [NodeSpec(name, gpus=args.gpus) for name in node_names(args.nodes)]
     kubelets: list[ProcessKubelet] = []
     try:
-        for first in range(0, len(specs), args.per_kubelet):
+        for spec in specs:
             api = config.new_client_from_config(config_file=args.kubeconfig)
-            kubelet = ProcessKubelet(api, specs[first:first + args.per_kubelet],
-                                     args.workdir / f"kubelet-{first}", server=args.server,
-                                     ca_cert=args.ca_cert)
+            kubelet = NodeKubelet(api, [spec], args.workdir / spec.name, server=args.server,
+                                  ca_cert=args.ca_cert)
             kubelet.start()
             kubelets.append(kubelet)
         print("READY", flush=True)
