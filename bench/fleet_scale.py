@@ -531,8 +531,9 @@ def main(argv: list[str] | None = None) -> int:
           f"kuzk from {Path(kuzk.__file__).parent}; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs", flush=True)
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod through "
-          f"kuzk.workers (claim, stages, heartbeats every {args.heartbeat:g} s, release) and "
-          f"each partition works {args.work[0]:g}-{args.work[1]:g} s.", flush=True)
+          f"kuzk.workers (claim, stages, heartbeats every {args.heartbeat:g} s, release; at most "
+          f"8 of its API requests in flight) and each partition works "
+          f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:
         logs = args.log_dir or Path(tmp)

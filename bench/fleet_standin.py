@@ -12,7 +12,7 @@ hash of job name and partition, so both systems of a benchmark get the same work
 the worker and writes a result to the pod's termination message. A pod that is killed closes
 its socket: the server then releases the worker as failed and stops.
 
-    python bench/fleet_standin.py --kubeconfig K [--heartbeat 1] [--work 0.5 2.0]
+    python bench/fleet_standin.py --kubeconfig K [--heartbeat 1] [--work 0.5 2.0] [--in-flight 8]
 
 It prints ``PORT <n>`` when it listens; a connection that sends ``STATS`` gets its counters
 as JSON (pods served, writes by kind, PUTs and 409s, claim and release latencies, writes that
@@ -93,12 +93,16 @@ class Stats:
 
 
 class CountingClient(client.ApiClient):
-    """The real client, counting PUTs and the 409 Conflicts among them."""
+    """The real client, counting PUTs and the 409 Conflicts among them, with at most
+    ``in_flight`` requests at a time: hundreds of pods' writes at once would only queue in
+    kube-apiserver (429 Too Many Requests) on a machine of two cores."""
 
     stats: Stats
+    in_flight: threading.BoundedSemaphore
 
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        response = super().call_api(method, url, *args, **kwargs)  # raised later, on reading
+        with self.in_flight:
+            response = super().call_api(method, url, *args, **kwargs)  # raises on reading
         if method == "PUT":
             self.stats.add("put")
             if response.status == 409:
@@ -241,16 +245,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True, help="the provers' credentials")
     parser.add_argument("--heartbeat", type=float, default=1.0,
                         help="seconds between heartbeats (default 1)")
+    parser.add_argument("--in-flight", type=int, default=8,
+                        help="API requests in flight at most (default 8)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0),
                         metavar=("MIN", "MAX"), help="seconds a partition works (0.5 2.0)")
     args = parser.parse_args(argv)
-    if not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0:
-        parser.error("--work needs 0 < MIN <= MAX and --heartbeat must be positive")
+    if not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0 or args.in_flight < 1:
+        parser.error("--work needs 0 < MIN <= MAX, --heartbeat and --in-flight positive")
     configuration = client.Configuration()
     config.load_kube_config(args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = 64
     api = CountingClient(configuration)
     api.stats = Stats()
+    api.in_flight = threading.BoundedSemaphore(args.in_flight)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kuzk.workers").addHandler(ReleaseGaveUp(api.stats))
     with Server(api, args.heartbeat, tuple(args.work)) as server:
