@@ -49,11 +49,16 @@ _found: dict[str, float] = {}
 _found_lock = threading.Lock()
 
 
-def podman(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run podman with the test bed's settings (runc, cgroupfs, explicit ulimits)."""
+def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run podman with the test bed's settings (runc, cgroupfs, explicit ulimits). A call
+    that outlives ``timeout`` answers exit status 124, like timeout(1)."""
     env = dict(os.environ, CONTAINERS_CONF=str(CONF))
-    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    try:
+        return subprocess.run(["podman", *args], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["podman", *args], 124, "",
+                                           f"podman {args[0]} timed out after {timeout:.0f} s")
 
 
 def image_exists(image: str) -> bool:
@@ -64,7 +69,10 @@ def image_exists(image: str) -> bool:
     with _found_lock:
         if image in _found and (_found[image] == 0.0 or time.monotonic() < _found[image]):
             return _found[image] == 0.0
-    found = podman("image", "exists", image).returncode == 0
+    answer = podman("image", "exists", image)
+    if answer.returncode == 124:
+        raise OSError(answer.stderr)  # unknown: the kubelet's watch tries the pod again
+    found = answer.returncode == 0
     with _found_lock:
         _found[image] = 0.0 if found else time.monotonic() + _NEGATIVE_TTL
     return found
@@ -376,20 +384,17 @@ class ContainerRunner(PodRunner):
         if proc is None or proc.poll() is not None:
             return
         name = self._container_name(c)
-        done = podman("kill", "--signal", str(int(sig)), name, timeout=30).returncode == 0
+        done = podman("kill", "--signal", str(int(sig)), name).returncode == 0
         if not done and sig == signal.SIGKILL:
             # Not created yet or already gone: end the runtime's process and what it made.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            podman("rm", "--force", "--time", "0", name, timeout=30)
+            podman("rm", "--force", "--time", "0", name)
 
     def _probe_once(self, c: ContainerState, probe: dict[str, Any]) -> bool:
         if "exec" not in probe:
             return super()._probe_once(c, probe)
         timeout = float(probe.get("timeoutSeconds", 1))
-        try:
-            r = podman("exec", self._container_name(c), *probe["exec"]["command"],
-                       timeout=timeout + 5)
-        except subprocess.TimeoutExpired:
-            return False
+        r = podman("exec", self._container_name(c), *probe["exec"]["command"],
+                   timeout=timeout + 5)  # podman's own start-up is not the probe's time
         return r.returncode == 0

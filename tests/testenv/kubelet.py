@@ -737,14 +737,15 @@ class PodRunner(threading.Thread):
                 os.killpg(c.proc.pid, sig)
 
     def _stop_container(self, c: ContainerState, grace: float) -> None:
+        proc = c.proc  # the run loop may reap it (c.proc = None) while this waits
         self._signal(c, signal.SIGTERM)
-        if c.proc is None:
+        if proc is None:
             return
         try:
-            c.proc.wait(timeout=max(grace, 0))
+            proc.wait(timeout=max(grace, 0))
         except subprocess.TimeoutExpired:
             self._signal(c, signal.SIGKILL)
-            c.proc.wait()
+            proc.wait()
 
     def _should_restart(self, c: ContainerState) -> bool:
         policy = self.pod["spec"].get("restartPolicy", "Always")

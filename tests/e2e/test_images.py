@@ -1,0 +1,141 @@
+"""The images, built and run for real: both Dockerfiles built with podman on the test bed's
+Debian base (cached by their inputs), and the chart installed with them and no command
+overrides into a namespace that enforces the restricted Pod Security level: the operator and
+the partition pods run as containers, as uid 10001 with read-only root filesystems, reading
+their credentials from the standard path, and a ProofJob of each kind succeeds with the
+prover's result read from its real termination message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kuzk import api
+from tests.integration.operator.conftest import apply_job, job_pods, proofjob, wait_job
+from tests.testenv.cluster import Cluster
+from tests.testenv.containers import IMAGES_SCRIPT, Images, build_images, podman
+
+# The first test may build the images from a cold cache (minutes on a small machine).
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+JOBS = {  # kind: partitions (small, so that the test fits a small machine)
+    "winning-post": 1,
+    "window-post": 1,
+    "snap-update": 2,
+    "porep-c2": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def images() -> Images:
+    return build_images()
+
+
+def _run(image: str, *argv: str) -> str:
+    """Run ``argv`` in ``image`` hardened as a pod would be; its stdout."""
+    proc = podman("run", "--rm", "--pull=never", "--read-only", "--read-only-tmpfs=false",
+                  "--cap-drop=ALL", "--security-opt=no-new-privileges", "--network=none",
+                  "--entrypoint", json.dumps(list(argv)), image)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_images_are_cached_by_their_inputs(images: Images) -> None:
+    names = subprocess.run([str(IMAGES_SCRIPT), "--print"], capture_output=True, text=True,
+                           timeout=60, check=True).stdout.split()
+    if names != [images.operator, images.prover, images.base]:
+        pytest.skip("the sources changed after this session built the images")
+    again = subprocess.run([str(IMAGES_SCRIPT)], capture_output=True, text=True, timeout=300,
+                           check=True)
+    assert again.stdout.split() == [images.operator, images.prover, images.base]
+    assert "building" not in again.stderr
+    assert f"{images.operator} is current" in again.stderr
+    assert f"{images.prover} is current" in again.stderr
+
+
+def test_images_run_as_non_root_on_a_read_only_root(images: Images) -> None:
+    for image in (images.operator, images.prover):
+        assert _run(image, "id", "-u") == "10001"
+    assert _run(images.operator, "kuzk", "--help").startswith("usage: kuzk")
+    # The test bed's prover has no CuPy: it proves with NumPy.
+    assert _run(images.prover, "python3", "-c",
+                "import importlib.util as u, kuzk_prover; print(u.find_spec('cupy'))") == "None"
+
+
+def _install(cluster: Cluster, namespace: str, images: Images) -> None:
+    repository, _, tag = images.operator.rpartition(":")
+    cluster.helm(
+        "install", "kz", "charts/kuzk", "-n", namespace, "--wait", "--timeout", "180s",
+        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        "--set", f"prover.image={images.prover}",
+        "--set", "priorityClasses.create=false",
+        "--set", "operator.peeringLifetime=5",
+        # Pods share the host's network here: each status server binds its own pod address.
+        "--set", "statusServer.listenAddress=$(POD_IP)",
+        "--set-json", f"operator.watchNamespaces={json.dumps([namespace])}",
+    )
+
+
+def _container(pod: client.V1Pod) -> str:
+    container_id = pod.status.container_statuses[0].container_id or ""
+    assert container_id.startswith("podman://"), f"{pod.metadata.name} is not a container"
+    return container_id.removeprefix("podman://")
+
+
+def _inside(name: str, script: str) -> str:
+    proc = podman("exec", name, "sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.mark.usefixtures("kuzk_installed")
+def test_chart_runs_every_kind_in_containers(cluster: Cluster, namespace: str, nodes,
+                                             images: Images) -> None:
+    cluster.core.patch_namespace(namespace, {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted"}}})
+    nodes(2, gpus=2)
+    _install(cluster, namespace, images)
+
+    operators = cluster.core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/instance=kz").items
+    running = [p for p in operators if p.status.phase == "Running"]
+    assert running, "no chart pod is running"
+    for pod in running:
+        name = _container(pod)
+        assert pod.spec.containers[0].command in (None, ["kuzk"])
+        assert _inside(name, "id -u") == "10001"
+        assert _inside(name, f"ls {SERVICE_ACCOUNT_DIR}").split() == [
+            "ca.crt", "namespace", "token"]
+        assert _inside(name, "echo ${KUBECONFIG:-unset}") == "unset"
+        inspect = podman("inspect", "--format", "{{.HostConfig.ReadonlyRootfs}}", name)
+        assert inspect.stdout.strip() == "true"
+
+    for kind, partitions in JOBS.items():
+        # A generous deadline: the test proves that each kind runs, not this machine's speed.
+        apply_job(cluster, namespace, proofjob(kind, kind, partitions=partitions,
+                                               circuitLog2=10, activeDeadlineSeconds=600))
+    for kind, partitions in JOBS.items():
+        job = wait_job(cluster, namespace, kind, "Succeeded", timeout=300)
+        assert job["status"]["succeeded"] == partitions
+        assert job["status"]["proof"]["commitment"]
+        for pod in job_pods(cluster, namespace, kind):
+            _check_partition_pod(pod, job)
+
+
+def _check_partition_pod(pod: client.V1Pod, job: dict[str, Any]) -> None:
+    _container(pod)
+    assert pod.spec.containers[0].command == ["kuzk-prover"]
+    assert pod.spec.security_context.run_as_non_root is True
+    assert pod.spec.containers[0].security_context.read_only_root_filesystem is True
+    term = pod.status.container_statuses[0].state.terminated
+    if pod.status.phase != "Succeeded" or term is None:
+        return
+    result = json.loads(term.message)  # the prover wrote it to /dev/termination-log
+    index = int(pod.metadata.labels[api.LABEL_PARTITION])
+    recorded = {p["index"]: p for p in job["status"]["partitions"]}
+    assert result["commitment"] == recorded[index]["commitment"]
