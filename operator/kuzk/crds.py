@@ -298,19 +298,12 @@ def _workerstatus_status() -> dict[str, Any]:
                 },
                 required=["uid"],
             ),
-            "previousPods": arr(
-                "Pods that held this worker before its current (or last) pod, newest first."
-                " A later release about one of them is stale (refused and counted); a release"
-                " about a pod no worker ever held is nothing to do.",
-                obj(
-                    "A pod that held the worker.",
-                    {
-                        "name": string("Name of the partition pod."),
-                        "uid": string("UID of the partition pod."),
-                    },
-                    required=["uid"],
-                ),
-                maxItems=16,
+            "previousPodUIDs": arr(
+                "UIDs of the pods that held this worker before its current (or last) pod,"
+                " newest first. A later finalizer release about one of them is stale (refused"
+                " and counted); one about a pod no worker ever held is nothing to do.",
+                string("UID of a partition pod.", maxLength=64),
+                maxItems=8,
             ),
             "since": timestamp("When the worker entered its current state."),
             "heartbeat": timestamp("Last sign of life from the prover holding the worker."),

@@ -17,7 +17,7 @@ Choices the callers rely on:
 * Only a write about an assignment a worker held and has since left is stale. The prover
   releases (by ``Assignment``) only what it claimed, so its release of an assignment no
   worker holds is stale. The operator's finalizer release (by ``PodRef``) knows nothing of
-  claims: a worker remembers the pods that held it before (``previousPods``, newest first,
+  claims: a worker remembers the pods that held it before (``previousPodUIDs``, newest first,
   at most PREVIOUS_PODS), and a finalizer release is stale only for one of those; for any
   other pod (preempted before its prover claimed) it is nothing to do, neither written nor
   counted.
@@ -59,7 +59,7 @@ BACKOFF_CAP_S = 0.25
 # only after 2 min (answers are slow under load, and a write that times out may have landed).
 _TIMEOUTS = (10.0, 120.0)
 HEARTBEAT_INTERVAL_S = 10.0
-PREVIOUS_PODS = 16
+PREVIOUS_PODS = 8
 SWEEP_MISSED_HEARTBEATS = 3
 
 STALE_WRITES = Counter(
@@ -177,19 +177,16 @@ def _holders(workers: list[dict[str, Any]], pod_uid: str) -> list[dict[str, Any]
 
 
 def _held_before(workers: list[dict[str, Any]], pod_uid: str) -> bool:
-    return any(p.get("uid") == pod_uid for w in workers for p in w.get("previousPods") or [])
+    return any(pod_uid in (w.get("previousPodUIDs") or []) for w in workers)
 
 
 def _remember(worker: dict[str, Any], pod_uid: str) -> None:
-    """Before ``pod_uid`` takes ``worker``, put the pod that held it into ``previousPods``."""
-    pod = worker.get("pod") or {}
-    if not pod.get("uid") or pod["uid"] == pod_uid:
+    """Before ``pod_uid`` takes ``worker``, put the pod that held it into previousPodUIDs."""
+    held = (worker.get("pod") or {}).get("uid")
+    if not held or held == pod_uid:
         return
-    previous = [
-        p for p in worker.get("previousPods") or [] if p.get("uid") not in (pod["uid"], pod_uid)
-    ]
-    held = {k: pod[k] for k in ("name", "uid") if k in pod}
-    worker["previousPods"] = [held, *previous][:PREVIOUS_PODS]
+    previous = [u for u in worker.get("previousPodUIDs") or [] if u not in (held, pod_uid)]
+    worker["previousPodUIDs"] = [held, *previous][:PREVIOUS_PODS]
 
 
 def _new_status(

@@ -109,7 +109,7 @@ def test_claim_of_an_idle_worker_keeps_its_completed_count() -> None:
     (worker,) = got.status["workers"]
     assert (worker["state"], worker["completed"], worker["pod"]["uid"]) == ("proving", 5, "uid-a")
     assert "stage" not in worker and got.notes == ()
-    assert worker["previousPods"] == [{"name": "b", "uid": "uid-b"}]
+    assert worker["previousPodUIDs"] == ["uid-b"]
 
 
 def test_previous_pods_are_newest_first_unique_and_bounded() -> None:
@@ -121,7 +121,7 @@ def test_previous_pods_are_newest_first_unique_and_bounded() -> None:
         current = got.status
     (worker,) = current["workers"]
     assert worker["pod"]["uid"] == pods[-2].pod_uid
-    uids = [p["uid"] for p in worker["previousPods"]]
+    uids = worker["previousPodUIDs"]
     assert len(uids) == PREVIOUS_PODS
     assert uids[:3] == [pods[-1].pod_uid, pods[-3].pod_uid, pods[-4].pod_uid]
     assert len(set(uids)) == len(uids)
@@ -135,7 +135,7 @@ def test_claim_over_an_older_assignment_replaces_it_and_says_so() -> None:
     assert "stage" not in worker, "the new assignment has not reported a stage yet"
     assert len(got.notes) == 1 and "uid-a2" in got.notes[0] and "uid-a)" in got.notes[0]
     assert got.status["staleWritesRejected"] == 0
-    assert worker["previousPods"] == [{"name": "a", "uid": "uid-a"}]
+    assert worker["previousPodUIDs"] == ["uid-a"]
 
 
 def test_a_repeated_claim_writes_nothing() -> None:
@@ -215,7 +215,7 @@ def test_release_of_a_pod_already_released_writes_nothing() -> None:
 
 
 def held_before(worker: dict[str, Any], *pods: Assignment) -> dict[str, Any]:
-    return {**worker, "previousPods": [{"name": p.pod_name, "uid": p.pod_uid} for p in pods]}
+    return {**worker, "previousPodUIDs": [p.pod_uid for p in pods]}
 
 
 NEVER_HELD = {

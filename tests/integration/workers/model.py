@@ -133,7 +133,7 @@ def observed(status: dict[str, Any]) -> dict[str, Any]:
                 "attempt": w.get("attempt"),
                 "pod": (w.get("pod") or {}).get("uid"),
                 "completed": w.get("completed", 0),
-                "previous": [p["uid"] for p in w.get("previousPods") or []],
+                "previous": w.get("previousPodUIDs") or [],
             }
         )
     assert status.get("workerCount", 0) == len(rows)
