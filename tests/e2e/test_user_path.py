@@ -298,6 +298,11 @@ def test_3_prometheus_discovers_the_status_server_and_agrees(release: Release) -
     pj = jobs(r)
     r.cluster.kubectl("apply", "-f", "-",
                       input=yaml.safe_dump_all(prometheus.discovery_objects(r.namespace)))
+    sa = prometheus.SERVICE_ACCOUNT
+    assert _can(r, sa, "watch", "pods")
+    assert not any(_can(r, sa, *check) for check in (("get", "secrets"), ("list", "nodes"),
+                                                     ("create", "pods"),
+                                                     ("list", "proofjobs.kuzk.io")))
     token = r.cluster.kubectl("create", "token", prometheus.SERVICE_ACCOUNT, "-n",
                               r.namespace).stdout.strip()
     (r.workdir / "prometheus-token").write_text(token)
