@@ -64,7 +64,11 @@ class KubeClient:
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
-        token = self.configuration.get_api_key_with_prefix("authorization")
+        # A kubeconfig's loader keeps the token under "authorization", the in-cluster
+        # loader under "BearerToken" (and refreshes it from the mounted file on this call).
+        token = self.configuration.get_api_key_with_prefix(
+            "BearerToken"
+        ) or self.configuration.get_api_key_with_prefix("authorization")
         if token:
             headers["Authorization"] = token
         return headers
