@@ -468,7 +468,7 @@ def report(result: Obj) -> None:
           f"{op['peak_rss_mb']:.0f} MB (goal < {GOALS['rss_mb']:.0f}): "
           f"{'met' if op['peak_rss_mb'] < GOALS['rss_mb'] else 'MISSED'}")
     sw = result["standin"]
-    print(f"\nstand-in prover (one process, kuzk.workers' ProverReporter)\n"
+    print(f"\nstand-in prover (one process, kuzk_prover.reporter's ProverReporter)\n"
           f"  ProofJobs: {sw['summary']}\n  Jobs:      {result['standin_job']['summary']}")
 
 
@@ -531,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
           f"kuzk from {Path(kuzk.__file__).parent}; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs", flush=True)
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod through "
-          f"kuzk.workers (claim, stages, heartbeats every {args.heartbeat:g} s, release; at most "
-          f"8 of its API requests in flight) and each partition works "
+          f"kuzk_prover.reporter (claim, stages, heartbeats every {args.heartbeat:g} s, "
+          f"release; at most 8 of its API requests in flight) and each partition works "
           f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:

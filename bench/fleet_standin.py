@@ -5,7 +5,7 @@ prover process per pod (interpreter, kubernetes client, TLS) would spend the two
 benchmark has on start-up, not on what it measures. So each pod's command is a few lines of
 bash (``POD_SCRIPT``) that hands the pod's identity to this server over a loopback TCP socket
 and waits for the exit code, and this server plays the prover for it: through kuzk's own
-``ProverReporter`` (kuzk.workers: claim, stage writes, heartbeats, release, every write a
+``ProverReporter`` (kuzk_prover.reporter: claim, stage writes, heartbeats, release, every write a
 resourceVersion-checked replace of the node's WorkerStatus) it claims the pod's GPU worker,
 reports synthesizing → synth_done → gpu, works 0.5-2 s (no real proof: a wait, its length a
 hash of job name and partition, so both systems of a benchmark get the same work), releases
@@ -40,7 +40,8 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk import workers
-from kuzk.workers import Assignment, ProverReporter
+from kuzk.workers import Assignment
+from kuzk_prover.reporter import ProverReporter
 
 # The pod's side. No $(...) in it: the kubelet expands $(VAR) in a command.
 POD_SCRIPT = (
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     api.stats = Stats()
     api.in_flight = threading.BoundedSemaphore(args.in_flight)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("kuzk.workers").addHandler(ReleaseGaveUp(api.stats))
+    logging.getLogger("kuzk_prover.reporter").addHandler(ReleaseGaveUp(api.stats))
     with Server(api, args.heartbeat, tuple(args.work)) as server:
         print(f"PORT {server.server_address[1]}", flush=True)
         server.serve_forever()

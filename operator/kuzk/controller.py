@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, workers
 from kuzk.actions import CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
+from kuzk.kubeconfig import load_config as load_config  # cli and handlers import it here
 from kuzk.observe import is_deleting, release_action
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
@@ -34,14 +35,6 @@ POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
 Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
-
-
-def load_config() -> None:
-    """In a pod, its ServiceAccount; elsewhere, the kubeconfig (KUBECONFIG or ~/.kube)."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
 
 
 def _outcome(pod: Mapping[str, Any]) -> workers.Outcome:

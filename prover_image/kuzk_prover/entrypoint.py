@@ -32,19 +32,14 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
-from kuzk.workers import (
-    OUTAGE_BUDGET_S,
-    Gpu,
-    ProverReporter,
-    WorkerStatusMissing,
-    WorkerWriteConflict,
-)
+from kuzk.workers import Gpu, WorkerStatusMissing, WorkerWriteConflict
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.inputs import InputError, ProofInput
 from kuzk_prover.prover import Result, prove
-from kuzk_prover.termination import message_path, one_line, write_message
+from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter
+from kuzk_prover.termination import brief, message_path, one_line, write_message
 
 log = logging.getLogger("kuzk_prover")
 
@@ -106,7 +101,7 @@ def _reporter(env: Mapping[str, str]) -> ProverReporter | None:
     try:
         return ProverReporter.from_env(env, outage_budget=STATUS_OUTAGE_S)
     except (ValueError, ConfigException, OSError) as exc:
-        log.warning("not reporting the GPU worker's status: %s", _brief(exc))
+        log.warning("not reporting the GPU worker's status: %s", brief(exc))
         return None
 
 
@@ -122,16 +117,10 @@ def _claim(reporter: ProverReporter, backend: Backend) -> None:
         log.warning(
             "could not claim the GPU worker on %s (%s): proving on without worker status",
             reporter.node,
-            _brief(exc),
+            brief(exc),
         )
         return
     log.info("claimed worker %s on %s", worker, reporter.node)
-
-
-def _brief(exc: BaseException) -> str:
-    """An exception on one line, with its type."""
-    text = one_line(str(exc), limit=400)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _run(
@@ -178,7 +167,7 @@ def _prove_and_report(
         return _fail(path, EXIT_RETRY, "out of memory")
     except Exception as exc:
         log.exception("proving failed")
-        return _fail(path, EXIT_RETRY, f"proving failed: {_brief(exc)}")
+        return _fail(path, EXIT_RETRY, f"proving failed: {brief(exc)}")
     return _report(result, path, attempt)
 
 
@@ -233,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # The traceback is for the log; the partition's message gets one line.
         log.exception("kuzk-prover failed")
-        return _fail(path, EXIT_RETRY, f"unexpected error: {_brief(exc)}")
+        return _fail(path, EXIT_RETRY, f"unexpected error: {brief(exc)}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,12 @@ def one_line(text: str, limit: int = 1024) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def brief(error: BaseException) -> str:
+    """An exception on one line, with its type: what a log line or a pod's message shows."""
+    text = one_line(str(error), limit=400)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def write_message(path: Path, text: str) -> None:
     """Replace the file at ``path`` with ``text`` as a whole, or raise OSError."""
     data = text.encode()

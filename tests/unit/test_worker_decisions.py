@@ -7,14 +7,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from kuzk.workers import (
     PREVIOUS_PODS,
     Assignment,
     Gpu,
     PodRef,
-    ProverReporter,
     Released,
     decide_claim,
     decide_heartbeat,
@@ -322,42 +320,3 @@ def test_sweep_frees_gone_pods_and_silent_pods_that_are_not_running() -> None:
 def test_sweep_with_nothing_to_free_writes_nothing() -> None:
     got = decide_sweep(status(proving("W0", "GPU-0", A)), {"uid-a": "Running"}, NOW)
     assert (got.status, got.result) == (None, [])
-
-
-# --- GPU identity ------------------------------------------------------------------------
-ENV = {
-    "NODE_NAME": "gpu-node-1",
-    "POD_NAME": "job-p0-a1",
-    "POD_UID": "pod-uid",
-    "POD_NAMESPACE": "ns",
-    "KUZK_JOB": "job",
-    "KUZK_JOB_UID": "job-uid",
-    "KUZK_PARTITION": "0",
-    "KUZK_ATTEMPT": "1",
-    "KUZK_PROOF_KIND": "winning-post",
-}
-
-
-@pytest.mark.parametrize(
-    ("devices", "device", "expected"),
-    [
-        ("GPU-a,GPU-b", None, Gpu("GPU-a")),
-        ("GPU-a", GPU1, GPU1),
-        ("", None, Gpu("CPU-gpu-node-1", "cpu")),
-        ("all", None, Gpu("CPU-gpu-node-1", "cpu")),
-        ("void", None, Gpu("CPU-gpu-node-1", "cpu")),
-    ],
-)
-def test_prover_gpu_identity(devices: str, device: Gpu | None, expected: Gpu) -> None:
-    env = {**ENV, "NVIDIA_VISIBLE_DEVICES": devices}
-    reporter = ProverReporter.from_env(env, api=client.ApiClient())
-    assert reporter.gpu(device) == expected
-    assert reporter.assignment == Assignment(
-        "ns", "job", "job-uid", "winning-post", 0, 1, "job-p0-a1", "pod-uid"
-    )
-
-
-def test_prover_env_must_name_the_assignment() -> None:
-    env = {k: v for k, v in ENV.items() if k not in ("POD_UID", "KUZK_ATTEMPT")}
-    with pytest.raises(ValueError, match="lacks POD_UID, KUZK_ATTEMPT"):
-        ProverReporter.from_env(env, api=client.ApiClient())

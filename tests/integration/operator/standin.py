@@ -5,9 +5,10 @@ argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json``, a map from "<pod>", "<partition
 "claim": bool}; records its start in ``PLAN_DIR/started/<pod>`` and its end in
 ``PLAN_DIR/ended/<pod>`` (JSON with wall-clock times), waits for ``PLAN_DIR/go/<pod>`` or
 ``PLAN_DIR/go/all`` when told to hold, writes its result JSON to the termination message and
-exits with the planned code. With "claim" it reports its GPU worker through kuzk.workers as
-the real prover does (claim, stage "synthesizing", the stage named in ``PLAN_DIR/stage/<pod>``
-while it holds, release at its end); SIGTERM ends it without a release, as a killed prover.
+exits with the planned code. With "claim" it reports its GPU worker through
+kuzk_prover.reporter as the real prover does (claim, stage "synthesizing", the stage named in
+``PLAN_DIR/stage/<pod>`` while it holds, release at its end); SIGTERM ends it without a
+release, as a killed prover.
 """
 
 import hashlib
@@ -47,7 +48,7 @@ for key in ("KUZK_JOB", "KUZK_JOB_UID", "KUZK_PROOF_KIND", "KUZK_INPUT", "POD_UI
     assert env.get(key), f"{key} missing from the pod env"
 reporter = None
 if plan.get("claim"):
-    from kuzk.workers import ProverReporter
+    from kuzk_prover.reporter import ProverReporter
 
     reporter = ProverReporter.from_env()
     reporter.claim()

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kuzk.workers import Gpu, ProverReporter, sweep
+from kuzk.workers import Gpu, sweep
+from kuzk_prover.reporter import ProverReporter
 from tests.integration.workers.conftest import (
     create_worker_status,
     delete_worker_status,
@@ -103,7 +104,7 @@ def test_without_a_gpu_the_worker_is_the_nodes_cpu(
 def test_claim_waits_for_the_operator_to_create_the_object(
     cluster: Cluster, admin: client.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk.workers")
+    caplog.set_level(logging.INFO, logger="kuzk_prover.reporter")
     node = f"late-{uuid.uuid4().hex[:8]}"
     reporter = ProverReporter.from_env(pod_env(cluster, node))
     try:

@@ -21,7 +21,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kuzk import api as kapi
-from kuzk.workers import Gpu, ProverReporter, claim
+from kuzk.workers import Gpu, claim
+from kuzk_prover.reporter import ProverReporter
 
 mode, other = sys.argv[1], sys.argv[2]
 env = os.environ

@@ -1,0 +1,287 @@
+"""The prover's side of the WorkerStatus protocol (``kuzk.workers``): ``ProverReporter``, the
+partition pod's GPU worker. It reads the pod's env and credentials, claims, writes stages and
+heartbeats from a thread, releases, and tries every write again through API outages; a write
+that still fails never fails the proof."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from kuzk.kubeconfig import load_config
+from kuzk.workers import (
+    HEARTBEAT_INTERVAL_S,
+    Assignment,
+    Gpu,
+    Outcome,
+    WorkerStatusMissing,
+    WorkerWriteConflict,
+    claim,
+    describe,
+    heartbeat,
+    release,
+    stage,
+)
+from kuzk_prover.termination import brief
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PROVER_ENV = (
+    "NODE_NAME",
+    "POD_NAME",
+    "POD_UID",
+    "POD_NAMESPACE",
+    "KUZK_JOB",
+    "KUZK_JOB_UID",
+    "KUZK_PARTITION",
+    "KUZK_ATTEMPT",
+    "KUZK_PROOF_KIND",
+)
+_NOT_A_DEVICE = ("", "all", "none", "void")
+# How long one write of the prover keeps trying through an API outage (refused connections,
+# 5xx, 429) before the prover proves on without status; its backoff between tries.
+OUTAGE_BUDGET_S = 30.0
+RETRY_FIRST_S, RETRY_CAP_S = 0.2, 2.0
+# A status write that fails must not fail the proof: the operator's release and sweep repair.
+_WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether a later try may succeed: no connection (urllib3's errors, OSError) or an API
+    server that answers 5xx or 429 (restarting, overloaded)."""
+    if isinstance(error, ApiException):
+        code = int(error.status or 0)
+        return code in (0, 429) or code >= 500
+    return isinstance(error, HTTPError | OSError)
+
+
+class _Quiet(Exception):
+    """The reporter went quiet while a stage or heartbeat write was waiting to try again."""
+
+
+def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
+    configuration = client.Configuration()
+    # ProverReporter tries again itself, with backoff and a budget; urllib3's instant
+    # retries would only add noise to the log.
+    configuration.retries = 0
+    load_config(configuration, env.get("KUBECONFIG"))
+    return client.ApiClient(configuration)
+
+
+class ProverReporter:
+    """A partition pod's worker: ``claim`` at start, ``on_stage`` as the prover moves (the
+    ``prove(on_stage=...)`` hook), a heartbeat thread while it runs (one write per interval at
+    most, stage writes included), ``release`` at the end. Used as a context manager, leaving
+    the block releases what is still held: "failed" on an exception, else "succeeded".
+
+    Every write tries again with backoff through transient errors for ``outage_budget``
+    seconds. A stage or heartbeat write that still fails makes the reporter quiet: it says so
+    once and writes nothing more but the release; the proof goes on."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        node: str,
+        assignment: Assignment,
+        *,
+        visible_devices: str = "",
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        outage_budget: float = OUTAGE_BUDGET_S,
+    ) -> None:
+        self.api, self.node, self.assignment = api, node, assignment
+        self.visible_devices = visible_devices
+        self.heartbeat_interval = heartbeat_interval
+        self.outage_budget = outage_budget
+        self.worker_id: str | None = None
+        self._lock = threading.Lock()
+        self._last_write = time.monotonic()
+        self._released = False
+        self._quiet = threading.Event()  # set: no more stage or heartbeat writes
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        api: client.ApiClient | None = None,
+        *,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        outage_budget: float = OUTAGE_BUDGET_S,
+    ) -> ProverReporter:
+        """From the partition pod's env (DESIGN.md section 3) and its ServiceAccount's
+        credentials (``kuzk.kubeconfig.load_config``: the in-cluster token, else the kubeconfig
+        that ``KUBECONFIG`` in the env names)."""
+        env = os.environ if environ is None else environ
+        missing = [name for name in PROVER_ENV if not env.get(name)]
+        if missing:
+            msg = f"the prover's env lacks {', '.join(missing)}"
+            raise ValueError(msg)
+        assignment = Assignment(
+            job_namespace=env["POD_NAMESPACE"],
+            job_name=env["KUZK_JOB"],
+            job_uid=env["KUZK_JOB_UID"],
+            proof_kind=env["KUZK_PROOF_KIND"],
+            partition=int(env["KUZK_PARTITION"]),
+            attempt=int(env["KUZK_ATTEMPT"]),
+            pod_name=env["POD_NAME"],
+            pod_uid=env["POD_UID"],
+        )
+        return cls(
+            api or _api_from_env(env),
+            env["NODE_NAME"],
+            assignment,
+            visible_devices=env.get("NVIDIA_VISIBLE_DEVICES", ""),
+            heartbeat_interval=heartbeat_interval,
+            outage_budget=outage_budget,
+        )
+
+    def gpu(self, device: Gpu | None = None) -> Gpu:
+        """The GPU this pod drives: the device's own (from CuPy) if given, else the first of
+        NVIDIA_VISIBLE_DEVICES, else the node's CPU."""
+        if device is not None:
+            return device
+        first = self.visible_devices.split(",")[0].strip()
+        if first.lower() not in _NOT_A_DEVICE:
+            return Gpu(first)
+        return Gpu(f"CPU-{self.node}", "cpu")
+
+    def claim(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
+        """Claim this pod's worker, waiting up to ``wait_s`` for the operator to create the
+        node's WorkerStatus and up to ``outage_budget`` through transient errors; start the
+        heartbeat. Raises what the last try raised."""
+        gpu = self.gpu(device)
+        self.worker_id = self._persist(
+            "claim", lambda: claim(self.api, self.node, gpu, self.assignment), missing_s=wait_s
+        )
+        self._last_write = time.monotonic()
+        self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
+        self._thread.start()
+        return self.worker_id
+
+    def on_stage(self, stage_name: str) -> None:
+        """Report a stage (synthesizing, synth_done, gpu) of the claimed assignment."""
+        self._write("stage", lambda: stage(self.api, self.node, self.assignment, stage_name))
+
+    def heartbeat(self) -> None:
+        """Refresh the heartbeat unless a write went out less than an interval ago."""
+        with self._lock:
+            if time.monotonic() - self._last_write < self.heartbeat_interval:
+                return
+        self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment))
+
+    def release(self, outcome: Outcome) -> bool:
+        """Stop the heartbeat and release the worker; True if this call released it. Without
+        a claim, or a second time, it writes nothing. A failure is logged, never raised: the
+        operator's finalizer release repairs it."""
+        with self._lock:
+            if self._released or self.worker_id is None:
+                return False
+            self._released = True
+        self._quiet.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            return self._persist(
+                "release", lambda: release(self.api, self.node, self.assignment, outcome)
+            )
+        except _WRITE_ERRORS as error:
+            log.warning(
+                "release of %s failed (%s); the operator's finalizer release will do it",
+                describe(self.assignment),
+                brief(error),
+            )
+            return False
+
+    def __enter__(self) -> ProverReporter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.release("succeeded" if exc_type is None else "failed")
+
+    def _beat(self) -> None:
+        while not self._quiet.wait(self.heartbeat_interval / 4):
+            self.heartbeat()
+
+    def _persist(
+        self,
+        what: str,
+        write: Callable[[], T],
+        *,
+        missing_s: float = 0.0,
+        quiet: threading.Event | None = None,
+    ) -> T:
+        """``write()``, tried again with backoff while the WorkerStatus is missing (for
+        ``missing_s``) and through transient errors (for ``outage_budget``); then what the
+        last try raised. With ``quiet``, raises _Quiet as soon as it is set."""
+        start, delay, failures = time.monotonic(), RETRY_FIRST_S, 0
+        while True:
+            try:
+                result = write()
+            except WorkerStatusMissing:
+                if time.monotonic() - start + delay > missing_s:
+                    raise
+                log.info("WorkerStatus %s not there yet; %s again", self.node, what)
+            except (ApiException, HTTPError, OSError) as error:
+                if not _transient(error) or time.monotonic() - start + delay > self.outage_budget:
+                    raise
+                if failures == 0:
+                    log.info(
+                        "%s on %s: %s; trying again for up to %g s",
+                        what,
+                        self.node,
+                        brief(error),
+                        self.outage_budget,
+                    )
+                failures += 1
+            else:
+                if failures:
+                    log.info(
+                        "%s on %s went through after %d failed tries", what, self.node, failures
+                    )
+                return result
+            if quiet is None:
+                time.sleep(delay)
+            elif quiet.wait(delay):
+                raise _Quiet
+            delay = min(delay * 2, RETRY_CAP_S)
+
+    def _write(self, what: str, write: Callable[[], bool]) -> None:
+        if self._quiet.is_set() or self.worker_id is None:
+            return
+        with self._lock:
+            self._last_write = time.monotonic()
+        try:
+            held = self._persist(what, write, quiet=self._quiet)
+        except _Quiet:
+            return
+        except _WRITE_ERRORS as error:
+            with self._lock:
+                first = not self._quiet.is_set()
+                self._quiet.set()
+            if not first:
+                return
+            log.warning(
+                "%s of %s failed (%s): proving on without worker status; the operator's"
+                " finalizer release and sweep repair worker %s on %s",
+                what,
+                describe(self.assignment),
+                brief(error),
+                self.worker_id,
+                self.node,
+            )
+            return
+        if not held:
+            # The worker was released under us (sweep, or a newer pod on the GPU): stop
+            # writing about an assignment it no longer holds.
+            log.warning("%s no longer holds a worker on %s", describe(self.assignment), self.node)
+            self._quiet.set()

@@ -1,0 +1,86 @@
+"""ProverReporter's reading of the partition pod: the assignment and GPU from its env, and
+its credentials through kuzk.kubeconfig (no writes: those are tested against the API server in
+tests/integration/workers/test_prover_reporter.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.config import ConfigException
+
+from kuzk.workers import Assignment, Gpu
+from kuzk_prover.reporter import ProverReporter
+
+GPU1 = Gpu("GPU-1")
+
+ENV = {
+    "NODE_NAME": "gpu-node-1",
+    "POD_NAME": "job-p0-a1",
+    "POD_UID": "pod-uid",
+    "POD_NAMESPACE": "ns",
+    "KUZK_JOB": "job",
+    "KUZK_JOB_UID": "job-uid",
+    "KUZK_PARTITION": "0",
+    "KUZK_ATTEMPT": "1",
+    "KUZK_PROOF_KIND": "winning-post",
+}
+
+
+@pytest.mark.parametrize(
+    ("devices", "device", "expected"),
+    [
+        ("GPU-a,GPU-b", None, Gpu("GPU-a")),
+        ("GPU-a", GPU1, GPU1),
+        ("", None, Gpu("CPU-gpu-node-1", "cpu")),
+        ("all", None, Gpu("CPU-gpu-node-1", "cpu")),
+        ("void", None, Gpu("CPU-gpu-node-1", "cpu")),
+    ],
+)
+def test_prover_gpu_identity(devices: str, device: Gpu | None, expected: Gpu) -> None:
+    env = {**ENV, "NVIDIA_VISIBLE_DEVICES": devices}
+    reporter = ProverReporter.from_env(env, api=client.ApiClient())
+    assert reporter.gpu(device) == expected
+    assert reporter.assignment == Assignment(
+        "ns", "job", "job-uid", "winning-post", 0, 1, "job-p0-a1", "pod-uid"
+    )
+
+
+def test_prover_env_must_name_the_assignment() -> None:
+    env = {k: v for k, v in ENV.items() if k not in ("POD_UID", "KUZK_ATTEMPT")}
+    with pytest.raises(ValueError, match="lacks POD_UID, KUZK_ATTEMPT"):
+        ProverReporter.from_env(env, api=client.ApiClient())
+
+
+def test_prover_credentials_come_from_the_kubeconfig_its_env_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://10.9.8.7:6443"}}],
+                "users": [{"name": "u", "user": {"token": "pod-token"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    reporter = ProverReporter.from_env({**ENV, "KUBECONFIG": str(kubeconfig)})
+    configuration = reporter.api.configuration
+    assert configuration.host == "https://10.9.8.7:6443"
+    assert "Bearer pod-token" in configuration.api_key.values()
+    assert configuration.retries == 0, "the reporter retries itself; urllib3 must not"
+
+
+def test_prover_without_credentials_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigException):
+        ProverReporter.from_env({**ENV, "KUBECONFIG": str(tmp_path / "absent")})
