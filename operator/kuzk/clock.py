@@ -120,7 +120,7 @@ class WorkQueue:
         entry = self._entries.get(key)
         return entry is not None and (entry.task is not None or entry.timer is not None)
 
-    def keys(self) -> list[Hashable]:
+    def tracked(self) -> list[Hashable]:
         """Every key the queue holds state for."""
         return list(self._entries)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -111,6 +111,7 @@ class Controller:
         """Reconcile one ProofJob once from the given (cached) objects."""
         moment = now or datetime.now(UTC)
         written: Body | None = None
+        early: dict[str, Future[Body | None]] = {}
         for _ in range(CONFLICT_TRIES):
             try:
                 decision = reconcile(job, pods, worker_statuses, moment, settings=self.settings)
@@ -119,6 +120,13 @@ class Controller:
                 # stored before a schema change. Say so on the object instead of looping.
                 self.post_event(job, Event("Warning", "InvalidSpec", str(e)))
                 return Synced(None)
+            if not job.get("status") and not early:
+                # A job never synced: its first pods need no status to be safe (their names
+                # are deterministic and a lost status is rebuilt from them), so they are sent
+                # alongside the first status write instead of after it.
+                ns = job["metadata"]["namespace"]
+                early = {a.name: self._pool.submit(self._create, ns, a)
+                         for a in decision.of_type(CreatePod)}
             try:
                 written = self._write_status(job, decision.status)
                 break
@@ -129,7 +137,7 @@ class Controller:
             raise Conflict(msg)
         by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
         ws_by_node = {(w.get("spec") or {}).get("nodeName"): w for w in worker_statuses}
-        created = self._apply(written or job, decision, by_name, ws_by_node)
+        created = self._apply(written or job, decision, by_name, ws_by_node, early)
         if decision.ttl_expired:
             requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
         elif decision.status.get("phase") in ("Succeeded", "Failed"):
@@ -174,11 +182,15 @@ class Controller:
         decision: Decision,
         pods: Mapping[str | None, Body],
         ws_by_node: Mapping[str | None, Body],
+        early: Mapping[str, Future[Body | None]],
     ) -> list[Body]:
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
-        creates = [self._pool.submit(self._create, ns, a) for a in decision.of_type(CreatePod)]
+        creates = [*early.values()] + [
+            self._pool.submit(self._create, ns, a)
+            for a in decision.of_type(CreatePod) if a.name not in early
+        ]
         deletes = [self._pool.submit(self._delete, ns, a) for a in decision.of_type(DeletePod)]
         created = [body for f in creates if (body := f.result()) is not None]
         for future in deletes:

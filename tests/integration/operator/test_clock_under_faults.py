@@ -148,7 +148,7 @@ def test_a_job_deleted_between_read_and_status_write_is_gone_on_one_info_line(
 
     async def one_sync() -> None:
         runtime.queue.kick(("job", namespace, "vanishing"))
-        while runtime.queue.keys():
+        while runtime.queue.tracked():
             await asyncio.sleep(0.01)
 
     asyncio.run(one_sync())

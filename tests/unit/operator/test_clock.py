@@ -50,7 +50,7 @@ async def test_a_burst_of_kicks_during_a_run_costs_one_more_run() -> None:
     release.set()
     await wait_for_async(lambda: not queue.scheduled("a"), 5, "queue idle")
     assert runs == ["a", "a"]
-    assert queue.keys() == []
+    assert queue.tracked() == []
 
 
 async def test_failures_are_retried_until_success_and_the_key_always_has_a_look() -> None:
@@ -96,7 +96,7 @@ async def test_gone_forgets_the_key() -> None:
 
     queue = WorkQueue(work, **FAST)
     queue.later("job", 0.01)
-    await wait_for_async(lambda: not queue.keys(), 5, "key forgotten")
+    await wait_for_async(lambda: not queue.tracked(), 5, "key forgotten")
     assert not queue.scheduled("job")
 
 
@@ -127,11 +127,11 @@ async def test_a_paused_clock_drops_its_timers_and_ignores_kicks() -> None:
     queue.kick("a")
     await wait_for_async(lambda: len(runs) >= 2, 5, "timer runs")
     queue.pause()
-    await wait_for_async(lambda: not queue.keys(), 5, "clock empty")
+    await wait_for_async(lambda: not queue.tracked(), 5, "clock empty")
     count = len(runs)
     queue.kick("b")
     queue.later("a", 0)
-    assert not queue.keys()
+    assert not queue.tracked()
     assert len(runs) == count
     queue.resume()
     queue.kick("b")
