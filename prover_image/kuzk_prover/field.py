@@ -58,17 +58,6 @@ def inverse_int(x: int) -> int:
     return pow(x, P - 2, P)
 
 
-def asfield(values: Any, *, xp: ModuleType | None = None) -> Any:
-    """``values`` (any integers) as reduced uint64 field elements."""
-    xp = array_namespace(values) if xp is None else xp
-    if isinstance(values, int):
-        return xp.asarray(values % P, dtype=xp.uint64)
-    arr = xp.asarray(values)
-    if arr.dtype.kind == "i":
-        arr = arr % P
-    return xp.asarray(arr, dtype=xp.uint64) % _P
-
-
 def add(a: Any, b: Any) -> Any:
     """a + b mod p."""
     xp = array_namespace(a, b)
@@ -81,11 +70,6 @@ def sub(a: Any, b: Any) -> Any:
     xp = array_namespace(a, b)
     d = a - b
     return xp.minimum(d, d + _P)
-
-
-def neg(a: Any) -> Any:
-    """-a mod p."""
-    return sub(U64(0), a)
 
 
 def mul(a: Any, b: Any) -> Any:
@@ -146,8 +130,3 @@ def mont_mul(a: Any, b: Any) -> Any:
 def to_mont(a: Any) -> Any:
     """a · 2^32 mod p: a value in Montgomery form."""
     return mont_mul(a, U64(MONT_R2))
-
-
-def from_mont(a: Any) -> Any:
-    """The standard form of a Montgomery-form value."""
-    return mont_reduce(a)

@@ -28,7 +28,6 @@ def test_add_sub_mul_match_python_ints(values: list[tuple[int, int]]) -> None:
     assert field.add(a, b).tolist() == [(x + y) % P for x, y in values]
     assert field.sub(a, b).tolist() == [(x - y) % P for x, y in values]
     assert field.mul(a, b).tolist() == [x * y % P for x, y in values]
-    assert field.neg(a).tolist() == [-x % P for x, _ in values]
 
 
 @given(vectors, st.integers(min_value=-(2**40), max_value=2**64))
@@ -58,7 +57,7 @@ def test_montgomery_mul_is_product_times_r_inverse(values: list[tuple[int, int]]
     a, b = _arr([x for x, _ in values]), _arr([y for _, y in values])
     r_inv = pow(2**32, -1, P)
     assert field.mont_mul(a, b).tolist() == [x * y * r_inv % P for x, y in values]
-    assert field.from_mont(field.to_mont(a)).tolist() == a.tolist()
+    assert field.mont_reduce(field.to_mont(a)).tolist() == a.tolist()
     assert field.to_mont(a).tolist() == [x * 2**32 % P for x, _ in values]
 
 
