@@ -71,6 +71,7 @@ class WorkQueue:
         self._paused = False
         self._closed = False
         self.failures_total = 0
+        self.runs_total = 0
 
     # --- what callers do -------------------------------------------------------------------
     def kick(self, key: Hashable) -> None:
@@ -159,6 +160,7 @@ class WorkQueue:
         try:
             while True:
                 entry.dirty = False
+                self.runs_total += 1
                 try:
                     delay = await self._work(key)
                 except Gone:

@@ -160,7 +160,8 @@ class Controller:
         return cast(Body, fresh)
 
     def _write_status(self, job: Body, status: dict[str, Any]) -> Body | None:
-        if status == job.get("status"):
+        # The API server prunes the nulls a merge patch uses to clear fields: compare without.
+        if without_nulls(status) == job.get("status"):
             return None
         md = job["metadata"]
         body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "status": status}
@@ -382,6 +383,15 @@ class Controller:
 def pods_of(pods: Iterable[Body], uid: str) -> list[Body]:
     """The pods controlled by the job with this UID."""
     return [p for p in pods if (controller_of(p) or {}).get("uid") == uid]
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` as the API server stores it: object fields that are null left out."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
 
 
 def _name(job: Mapping[str, Any]) -> str:

@@ -1,0 +1,78 @@
+"""In steady state the operator reads from its watch caches: while a job's partitions run and
+their provers write stages and heartbeats, its syncs (the 10 s resync included) and the
+worker sweep send no GET and no LIST, and a heartbeat syncs nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import urllib3
+
+from tests.integration.operator.conftest import (
+    InProcessOperator,
+    Plan,
+    apply_job,
+    get_job,
+    proofjob,
+    wait_job,
+)
+from tests.testenv.cluster import Cluster
+from tests.testenv.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+QUIET_S = 25  # longer than two resyncs (10 s) and two prover heartbeats (10 s)
+
+
+class CountingTransport:
+    """Stands in for urllib3's PoolManager under the operator's client and records what it
+    sends (method and path) before passing it on."""
+
+    def __init__(self, real: urllib3.PoolManager) -> None:
+        self.real = real
+        self.sent: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            self.sent.append((method, urllib3.util.parse_url(url).path or ""))
+        return self.real.request(method, url, *args, **kwargs)
+
+    def clear(self) -> None:
+        self.real.clear()
+
+
+def test_a_running_job_costs_no_reads(cluster: Cluster, namespace: str, nodes,
+                                      inprocess_operator, plan: Plan) -> None:
+    nodes(1, gpus=2)
+    operator: InProcessOperator = inprocess_operator()
+    runtime = operator.runtime
+    rest = runtime.controller.api_client.rest_client
+    counting = CountingTransport(rest.pool_manager)
+    rest.pool_manager = counting
+    plan.set(**{"*": {"claim": True, "hold": True}})
+    apply_job(cluster, namespace, proofjob("steady", partitions=2, circuitLog2=4))
+
+    def both_synthesizing() -> bool:
+        job = get_job(cluster, namespace, "steady") or {}
+        states = [p["state"] for p in (job.get("status") or {}).get("partitions") or []]
+        return states == ["synthesizing", "synthesizing"]
+
+    wait_for(both_synthesizing, 90, "both partitions claiming and synthesizing")
+    syncs = operator.call(lambda: runtime.queue.runs_total)
+    with counting.lock:
+        counting.sent.clear()
+    time.sleep(QUIET_S)  # the quiet period is what is measured: nothing to wait on
+    with counting.lock:
+        quiet = list(counting.sent)
+    resyncs = operator.call(lambda: runtime.queue.runs_total) - syncs
+    assert [r for r in quiet if r[0] == "GET"] == []
+    assert quiet == []  # nothing changed, so nothing is written either
+    # Only the clock runs in the quiet period (the job every 10 s, the node's sweep every
+    # 30 s); the provers' heartbeats (one per pod every 10 s) would add four or more.
+    assert 2 <= resyncs <= QUIET_S // 10 + 2
+
+    plan.go()
+    wait_job(cluster, namespace, "steady", "Succeeded")
