@@ -160,8 +160,9 @@ def test_1_helm_install_runs_everything_under_its_own_service_account(release: R
     assert f"kubectl get pj,ws -n {r.namespace}" in notes
     assert f"kubectl port-forward -n {r.namespace} svc/{STATUS} 9821:http" in notes
     apps = client.AppsV1Api(r.cluster.api)
-    for name in (OPERATOR, STATUS):
-        assert apps.read_namespaced_deployment(name, r.namespace).status.available_replicas == 2
+    for name in (OPERATOR, STATUS):  # helm waited on the ReplicaSet; the Deployment follows
+        wait_for(lambda n=name: apps.read_namespaced_deployment(
+            n, r.namespace).status.available_replicas == 2, 30, f"{name} Available x2")
     pods = r.cluster.core.list_namespaced_pod(r.namespace, label_selector=f"{INSTANCE}=kz").items
     accounts = {p.metadata.labels["app.kubernetes.io/name"]: p.spec.service_account_name
                 for p in pods}
