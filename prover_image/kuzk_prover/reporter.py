@@ -65,6 +65,10 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, HTTPError | OSError)
 
 
+def _forbidden(error: BaseException) -> bool:
+    return isinstance(error, ApiException) and error.status == 403
+
+
 class _Quiet(Exception):
     """The reporter went quiet while a stage or heartbeat write was waiting to try again."""
 
@@ -232,7 +236,11 @@ class ProverReporter:
                     raise
                 log.info("WorkerStatus %s not there yet; %s again", self.node, what)
             except (ApiException, HTTPError, OSError) as error:
-                if not _transient(error) or time.monotonic() - start + delay > self.outage_budget:
+                # A kube-apiserver that has just come back may answer 403 until its RBAC
+                # caches have synced (kubernetes#121635), so after a transient failure a 403
+                # is tried again too; a first 403 is a real refusal.
+                again = _transient(error) or (failures > 0 and _forbidden(error))
+                if not again or time.monotonic() - start + delay > self.outage_budget:
                     raise
                 if failures == 0:
                     log.info(
