@@ -25,7 +25,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, crds
 from kuzk.actions import ReleaseWorker
-from kuzk.controller import Controller, load_config
+from kuzk.controller import Controller
+from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering
 from kuzk.pods import PodSettings
 

@@ -23,7 +23,6 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, workers
 from kuzk.actions import CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
-from kuzk.kubeconfig import load_config as load_config  # cli and handlers import it here
 from kuzk.observe import is_deleting, release_action
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile

@@ -18,7 +18,8 @@ from kubernetes import client
 
 from kuzk import api
 from kuzk.actions import Event
-from kuzk.controller import Controller, load_config
+from kuzk.controller import Controller
+from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
 from kuzk.runtime import Caches, Runtime, pod_keys, slim
