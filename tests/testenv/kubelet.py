@@ -29,6 +29,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import random
 import re
 import signal
 import socket
@@ -103,10 +104,12 @@ class NodeSpec:
 
 
 class _Addresses:
-    """Hands out one loopback address per pod (127.1.0.1 and up)."""
+    """Hands out one loopback address per pod (127.1.0.1 and up). Each kubelet starts at a
+    random point, so that test sessions sharing a machine's loopback (pods that bind the same
+    port on their own address) rarely meet."""
 
     def __init__(self) -> None:
-        self._next = 1
+        self._next = 1 + 256 * random.randrange(16384)
         self._lock = threading.Lock()
 
     def take(self) -> str:
