@@ -7,8 +7,10 @@ prover's result read from its real termination message."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -67,7 +69,11 @@ def test_images_run_as_non_root_on_a_read_only_root(images: Images) -> None:
                 "import importlib.util as u, kuzk_prover; print(u.find_spec('cupy'))") == "None"
 
 
-def _install(cluster: Cluster, namespace: str, images: Images) -> None:
+@contextlib.contextmanager
+def _installed(cluster: Cluster, namespace: str, images: Images) -> Iterator[None]:
+    """The chart installed as release ``kz``; uninstalled afterwards, since its cluster-wide
+    objects (ClusterRoles, the prover policy) would outlive the namespace and act on the
+    tests that follow."""
     repository, _, tag = images.operator.rpartition(":")
     cluster.helm(
         "install", "kz", "charts/kuzk", "-n", namespace, "--wait", "--timeout", "180s",
@@ -79,6 +85,11 @@ def _install(cluster: Cluster, namespace: str, images: Images) -> None:
         "--set", "statusServer.listenAddress=$(POD_IP)",
         "--set-json", f"operator.watchNamespaces={json.dumps([namespace])}",
     )
+    try:
+        yield
+    finally:
+        cluster.helm("uninstall", "kz", "-n", namespace, "--wait", "--timeout", "120s",
+                     check=False)
 
 
 def _container(pod: client.V1Pod) -> str:
@@ -99,8 +110,11 @@ def test_chart_runs_every_kind_in_containers(cluster: Cluster, namespace: str, n
     cluster.core.patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted"}}})
     nodes(2, gpus=2)
-    _install(cluster, namespace, images)
+    with _installed(cluster, namespace, images):
+        _run_every_kind(cluster, namespace)
 
+
+def _run_every_kind(cluster: Cluster, namespace: str) -> None:
     operators = cluster.core.list_namespaced_pod(
         namespace, label_selector="app.kubernetes.io/instance=kz").items
     running = [p for p in operators if p.status.phase == "Running"]
