@@ -10,6 +10,7 @@ startup and kept in Kopf's ``memo``; ``configure`` makes the memo ``kopf.run`` s
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,7 +19,7 @@ from kubernetes import client
 
 from kuzk import api
 from kuzk.actions import Event
-from kuzk.controller import Controller
+from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller
 from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
@@ -64,7 +65,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     if not isinstance(options, Options):
         msg = "kuzk.handlers.configure() was not called before the operator started"
         raise kopf.PermanentError(msg)
-    controller = Controller(client.ApiClient(), options.settings, _post_event)
+    # One connection per call in flight: the pod calls' pool and asyncio's default executor
+    # (the syncs, sweeps and releases) share this client. urllib3 otherwise drops the
+    # connections past its pool (10 on two cores) and pays a TLS handshake for each.
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + min(32, (os.cpu_count() or 1) + 4)
+    controller = Controller(client.ApiClient(configuration), options.settings, _post_event)
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
     runtime = Runtime(controller, caches)
     memo["runtime"] = runtime
