@@ -8,9 +8,6 @@ without a cluster), then replace ``/status`` carrying the ``resourceVersion`` th
 409 read and decide again. A write about an assignment the worker no longer holds is stale: it
 is refused, logged, and counted in the WorkerStatus's ``status.staleWritesRejected``, which
 the status server sums into ``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
-The writing process also counts it per operation in STALE_WRITES, a counter of the same name
-in prometheus_client's default registry; no kuzk process serves that registry, so only code
-in the same process (the integration tests) reads it.
 
 The prover's side (its env, credentials, heartbeat thread and retries through API outages)
 is ``kuzk_prover.reporter.ProverReporter``; this module is what both sides share.
@@ -46,7 +43,6 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import Counter
 
 from kuzk import api as kapi
 from kuzk.observe import WORKER_STAGES
@@ -65,13 +61,6 @@ _TIMEOUTS = (10.0, 120.0)
 HEARTBEAT_INTERVAL_S = 10.0
 PREVIOUS_PODS = 8
 SWEEP_MISSED_HEARTBEATS = 3
-
-STALE_WRITES = Counter(
-    "kuzk_stale_worker_writes_rejected",
-    "Worker writes refused because the worker no longer held their assignment (pod UID).",
-    ["operation"],
-)
-
 
 class WorkerStatusMissing(LookupError):
     """The node's WorkerStatus does not exist (not created yet, or its node is gone)."""
@@ -399,8 +388,6 @@ def guarded_write(
             continue
         for note in decision.notes:
             log.info("WorkerStatus %s: %s", node, note)
-        if decision.stale is not None:
-            STALE_WRITES.labels(decision.stale).inc()
         return decision.result
 
 

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client, watch
-from prometheus_client import REGISTRY
 
 from kuzk import api as kapi
 from tests.integration.workers.conftest import read_worker_status
@@ -63,16 +62,6 @@ class Recorder(threading.Thread):
         return any(obj["metadata"]["resourceVersion"] == rv for obj in self.seen)
 
 
-def stale_total() -> float:
-    return sum(
-        REGISTRY.get_sample_value(
-            "kuzk_stale_worker_writes_rejected_total", {"operation": operation}
-        )
-        or 0.0
-        for operation in ("release", "stage", "heartbeat")
-    )
-
-
 @contextlib.contextmanager
 def recording(api: client.ApiClient, name: str) -> Iterator[Recorder]:
     recorder = Recorder(api, name)
@@ -94,7 +83,6 @@ def run_writers(
     leases = [spawn.Lock() for _ in gpus]
     orders = spawn.RawArray("i", len(gpus))
     queue = spawn.Queue()
-    before = stale_total()
 
     def args(writer: int) -> tuple[Any, ...]:
         ops = OPERATIONS_PER_WRITER
@@ -116,7 +104,6 @@ def run_writers(
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-    assert stale_total() - before == sum(r.get("stale_sent", 0) for r in thread_reports)
     final = read_worker_status(cluster.api, node)["metadata"]["resourceVersion"]
     wait_for(lambda: recorder.has_seen(final), 30, "the watch to see the last version")
     return thread_reports + process_reports
