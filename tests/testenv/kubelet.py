@@ -55,6 +55,10 @@ T = TypeVar("T")
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HEARTBEAT_SECONDS = 10.0
+# A real kubelet reports its node's status at least every 5 min, and at once when it differs
+# from what is stored; this one reports every minute, so a node the node lifecycle controller
+# marked NotReady (leases that lapsed while the API server was away) comes back.
+NODE_STATUS_SECONDS = 60.0
 MESSAGE_LIMIT = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
@@ -146,6 +150,7 @@ class ProcessKubelet:
         self.lock = threading.RLock()
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.started = now()
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -223,7 +228,7 @@ class ProcessKubelet:
             {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID"},
         ]
         for c in cond:
-            c.update(lastHeartbeatTime=t, lastTransitionTime=t)
+            c.update(lastHeartbeatTime=t, lastTransitionTime=self.started)
         return {
             "capacity": resources,
             "allocatable": resources,
@@ -259,12 +264,18 @@ class ProcessKubelet:
 
     def _heartbeat(self) -> None:
         coord = client.CoordinationV1Api(self.api)
+        reported = time.monotonic()
         while not self.stopping.wait(HEARTBEAT_SECONDS):
+            report = time.monotonic() - reported >= NODE_STATUS_SECONDS
             for spec in self.nodes.values():
                 try:
                     self._renew_lease(coord, spec)
+                    if report:
+                        self.core.patch_node_status(spec.name, {"status": self._node_status(spec)})
                 except Exception:  # the heartbeat must outlive a blip of the API server
-                    log.exception("lease renewal of %s failed", spec.name)
+                    log.exception("heartbeat of %s failed", spec.name)
+            if report:
+                reported = time.monotonic()
 
     @staticmethod
     def _renew_lease(coord: client.CoordinationV1Api, spec: NodeSpec) -> None:
