@@ -21,6 +21,19 @@ from tests.testenv.kubelet import NodeSpec, ProcessKubelet
 from tests.testenv.waiting import wait_for
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the groups into node IDs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for ``pytest -n 2 --dist loadgroup`` (what ``scripts/test`` runs): the
+    e2e tier in one worker and the other tests that need a control plane in another, each
+    group in file order on its own control plane; unit tests go wherever a worker is free."""
+    for item in items:
+        tier = item.path.relative_to(config.rootpath).parts[1:2]
+        if tier in (("e2e",), ("kind",)):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+        elif item.get_closest_marker("cluster") or "cluster" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     plane = ControlPlane()

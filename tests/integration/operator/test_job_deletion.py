@@ -77,7 +77,8 @@ def _nothing_left(cluster: Cluster, namespace: str, nodes: set[str], stale_befor
                   operator: OperatorProcess) -> None:
     wait_for(lambda: not job_pods(cluster, namespace, NAME), 60, "every partition pod gone")
     wait_for(lambda: not _proving(cluster, nodes), 30, "every worker idle")
-    assert get_job(cluster, namespace, NAME) is None
+    # Foreground: the garbage collector drops the job's own finalizer once its pods are gone.
+    wait_for(lambda: get_job(cluster, namespace, NAME) is None, 30, "the ProofJob gone")
     assert _stale(cluster, nodes) == stale_before
     assert "Traceback" not in operator.text()
 

@@ -5,6 +5,7 @@ WorkerStatus goes with its Node."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -32,7 +33,6 @@ from kuzk.workers import (
     sweep,
 )
 from tests.integration.workers.conftest import read_worker_status
-from tests.integration.workers.test_stale_finalizer_race import stale_count
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
@@ -59,24 +59,26 @@ def test_missing_object_claim_raises_release_and_sweep_do_nothing(
 
 
 def test_stale_stage_and_heartbeat_are_refused_and_counted(
+    caplog: pytest.LogCaptureFixture,
     admin: client.ApiClient,
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
+    caplog.set_level(logging.INFO, logger="kuzk.workers")
     node = worker_status()
     a, b = make_assignment(partition=1), make_assignment(partition=2)
     claim(admin, node, GPUS[0], a)
     assert stage(admin, node, a, "synthesizing") is True
     assert release(admin, node, a, "succeeded") is True
     claim(admin, node, GPUS[0], b)
-    before = stale_count("stage"), stale_count("heartbeat")
     assert stage(admin, node, a, "gpu") is False
     assert heartbeat(admin, node, a) is False
     assert stage(admin, node, b, "synth_done") is True
     w0 = workers(admin, node)["W0"]
     assert (w0["pod"]["uid"], w0["stage"], w0["completed"]) == (b.pod_uid, "synth_done", 1)
     assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
-    assert (stale_count("stage"), stale_count("heartbeat")) == (before[0] + 1, before[1] + 1)
+    refused = [r.getMessage() for r in caplog.records if "refused stale" in r.getMessage()]
+    assert [m.split("refused stale ")[1].split()[0] for m in refused] == ["stage", "heartbeat"]
 
 
 def test_worker_ids_are_stable_per_gpu(
