@@ -23,14 +23,15 @@ from tests.testenv.waiting import wait_for
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the groups into node IDs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for ``pytest -n 2 --dist loadgroup`` (what ``scripts/test`` runs): the
-    e2e tier in one worker and the other tests that need a control plane in another, each
-    group in file order on its own control plane; unit tests go wherever a worker is free."""
+    """Group the tests for ``pytest -n 2 --dist loadgroup`` (what ``scripts/test`` runs) by
+    the session control plane they share: the e2e tier on one worker's, the other tests that
+    use ``cluster`` on the other's, each group in file order. Tests that start a control
+    plane of their own (the small benchmarks) and unit tests go wherever a worker is free."""
     for item in items:
         tier = item.path.relative_to(config.rootpath).parts[1:2]
         if tier in (("e2e",), ("kind",)):
             item.add_marker(pytest.mark.xdist_group("e2e"))
-        elif item.get_closest_marker("cluster") or "cluster" in item.fixturenames:
+        elif "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("cluster"))
 
 

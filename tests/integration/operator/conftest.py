@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import signal
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +135,13 @@ def run_operator(prover_account: Cluster, namespace: str, plan: Plan,
     yield start
     for op in started:
         op.stop()
+    started.clear()
+    # Kopf leaves some of its API connections open when a loop it ran in ends (a process
+    # exits there); collect them now, quietly, rather than in some later test's teardown,
+    # where their ResourceWarning would fail that test.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @dataclass
@@ -193,6 +202,13 @@ def inprocess_operator(
     yield start
     for op in started:
         op.stop()
+    started.clear()
+    # Kopf leaves some of its API connections open when a loop it ran in ends (a process
+    # exits there); collect them now, quietly, rather than in some later test's teardown,
+    # where their ResourceWarning would fail that test.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def proofjob(name: str, kind: str = "snap-update", **spec: Any) -> dict[str, Any]:
