@@ -87,7 +87,7 @@ def nodes(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
         specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, labels=dict(labels)) for i in range(count)]
         kubelet = stack.enter_context(cluster.kubelet(specs))
         for spec in specs:
-            wait_for(lambda s=spec: _node_ready(cluster.core, s.name), 30, f"node {spec.name}")
+            wait_for(lambda s=spec: _node_ready(cluster.core, s.name), 60, f"node {spec.name}")
         return kubelet
 
     with stack:
@@ -95,11 +95,16 @@ def nodes(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
 
 
 def _node_ready(core: client.CoreV1Api, name: str) -> bool:
+    """Ready, and schedulable as kube-scheduler sees it: the node lifecycle controller taints
+    a new node ``node.kubernetes.io/not-ready`` and removes the taint only once it has seen
+    the node Ready, which takes seconds when kube-controller-manager is busy."""
     try:
         node = core.read_node(name)
     except ApiException:
         return False
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    lifecycle = [t for t in node.spec.taints or [] if t.key.startswith("node.kubernetes.io/")]
+    return ready and not lifecycle
 
 
 @pytest.fixture(scope="session")

@@ -204,6 +204,11 @@ class ControlPlane:
             "--use-service-account-credentials=false",
             "--concurrent-gc-syncs=5",
             "--node-monitor-period=1s",
+            # Every controller shares one client here; at the default 20 requests/s the
+            # namespace and garbage collectors of a test's teardown delay the next test's
+            # node lifecycle (the not-ready taint stays) and Job syncs.
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
             "--terminated-pod-gc-threshold=1000",
         ])
 
