@@ -10,7 +10,6 @@ startup and kept in Kopf's ``memo``; ``configure`` makes the memo ``kopf.run`` s
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -65,11 +64,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     if not isinstance(options, Options):
         msg = "kuzk.handlers.configure() was not called before the operator started"
         raise kopf.PermanentError(msg)
-    # One connection per call in flight: the pod calls' pool and asyncio's default executor
-    # (the syncs, sweeps and releases) share this client. urllib3 otherwise drops the
-    # connections past its pool (10 on two cores) and pays a TLS handshake for each.
+    # A connection for every call in flight: the pod calls' pool and asyncio's default
+    # executor (the syncs, sweeps and releases; at most 32 threads) share this client.
+    # urllib3 otherwise drops the connections past its pool (10 on two cores) and pays a TLS
+    # handshake for each.
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + min(32, (os.cpu_count() or 1) + 4)
+    configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + 32
     controller = Controller(client.ApiClient(configuration), options.settings, _post_event)
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
     runtime = Runtime(controller, caches)

@@ -10,15 +10,10 @@ from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
 
-def on(node: str) -> dict[str, str]:
-    """This test's own node: the shared control plane may still list other tests' nodes."""
-    return {"kubernetes.io/hostname": node}
-
-
 def test_delete_sends_sigterm_and_removes_pod(cluster: Cluster, namespace: str, nodes,
                                               tmp_path: Path) -> None:
-    (node,) = nodes(1).nodes
-    cluster.core.create_namespaced_pod(namespace, gated("doomed", tmp_path, nodeSelector=on(node)))
+    nodes(1)
+    cluster.core.create_namespaced_pod(namespace, gated("doomed", tmp_path))
     wait_for(lambda: (tmp_path / "doomed.started").exists(), 60, "pod running")
     cluster.core.delete_namespaced_pod("doomed", namespace)
     wait_gone(cluster.core, namespace, "doomed")
@@ -27,7 +22,7 @@ def test_delete_sends_sigterm_and_removes_pod(cluster: Cluster, namespace: str, 
 
 def test_grace_period_ends_in_sigkill(cluster: Cluster, namespace: str, nodes,
                                       tmp_path: Path) -> None:
-    (node,) = nodes(1).nodes
+    nodes(1)
     script = (
         "import signal,sys,time,pathlib; "
         "signal.signal(signal.SIGTERM, lambda *a: pathlib.Path(sys.argv[1]).touch()); "
@@ -36,7 +31,7 @@ def test_grace_period_ends_in_sigkill(cluster: Cluster, namespace: str, nodes,
     termed, started = tmp_path / "termed", tmp_path / "started"
     cluster.core.create_namespaced_pod(
         namespace, pod("stubborn", [sys.executable, "-c", script, str(termed), str(started)],
-                       terminationGracePeriodSeconds=1, nodeSelector=on(node))
+                       terminationGracePeriodSeconds=1)
     )
     wait_for(started.exists, 60, "pod running")
     cluster.core.delete_namespaced_pod("stubborn", namespace)

@@ -135,13 +135,6 @@ def run_operator(prover_account: Cluster, namespace: str, plan: Plan,
     yield start
     for op in started:
         op.stop()
-    started.clear()
-    # Kopf leaves some of its API connections open when a loop it ran in ends (a process
-    # exits there); collect them now, quietly, rather than in some later test's teardown,
-    # where their ResourceWarning would fail that test.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 @dataclass
