@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -33,6 +35,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("e2e"))
         elif "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport,
+                                                                     pytest.TestReport]:
+    """When a test that has a namespace fails, attach what the cluster and the test's logs
+    showed at that moment (its fixtures still run then): CI keeps only the test output."""
+    report = yield
+    funcargs = getattr(item, "funcargs", {})
+    cluster, namespace = funcargs.get("cluster"), funcargs.get("namespace")
+    if report.when == "call" and report.failed and cluster and namespace:
+        report.sections.append(("cluster state at the failure",
+                                _cluster_state(cluster, namespace, funcargs.get("tmp_path"))))
+    return report
+
+
+def _cluster_state(cluster: Cluster, namespace: str, logs: Path | None) -> str:
+    parts = []
+    for args in (("get", "nodes", "-o", "wide"),
+                 ("get", "pods,proofjobs,workerstatuses", "-n", namespace, "-o", "wide"),
+                 ("get", "proofjobs", "-n", namespace, "-o", "jsonpath={.items[*].status}"),
+                 ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp")):
+        try:
+            out = cluster.kubectl(*args, check=False, timeout=20)
+            text = out.stdout + out.stderr
+        except subprocess.TimeoutExpired:
+            text = "(timed out)"
+        parts.append(f"$ kubectl {' '.join(args)}\n{text[-6000:]}")
+    for log in sorted(logs.glob("*.log")) if logs else []:
+        tail = log.read_text(errors="replace").splitlines()[-40:]
+        parts.append(f"--- last lines of {log.name}\n" + "\n".join(tail))
+    return "\n".join(parts)
 
 
 @pytest.fixture(scope="session")
