@@ -76,12 +76,14 @@ class JobGone(Exception):
 @dataclass(frozen=True)
 class Synced:
     """What one sync did: when to look again, the job as its status write returned it (None
-    when nothing was written) and the pods it created, for the caller's cache to overlay
-    until the watches deliver them."""
+    when nothing was written), the pods it created and the pods whose finalizer it dropped
+    (as the API server returned them, keyed by the resourceVersion they replaced), for the
+    caller's cache to overlay until the watches deliver them."""
 
     requeue_after: float | None
     job: Body | None = None
     created: list[Body] = field(default_factory=list)
+    released: list[tuple[str, Body]] = field(default_factory=list)
 
 
 @dataclass
@@ -136,14 +138,14 @@ class Controller:
             raise Conflict(msg)
         by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
         ws_by_node = {(w.get("spec") or {}).get("nodeName"): w for w in worker_statuses}
-        created = self._apply(written or job, decision, by_name, ws_by_node, early)
+        created, released = self._apply(written or job, decision, by_name, ws_by_node, early)
         if decision.ttl_expired:
             requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
         elif decision.status.get("phase") in ("Succeeded", "Failed"):
             requeue = decision.requeue_after
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
-        return Synced(requeue, written, created)
+        return Synced(requeue, written, created, released)
 
     def _read_job(self, job: Body) -> Body:
         """The 409 path: the cached job was stale; read that one object again."""
@@ -183,7 +185,7 @@ class Controller:
         pods: Mapping[str | None, Body],
         ws_by_node: Mapping[str | None, Body],
         early: Mapping[str, Future[Body | None]],
-    ) -> list[Body]:
+    ) -> tuple[list[Body], list[tuple[str, Body]]]:
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
@@ -195,15 +197,18 @@ class Controller:
         created = [body for f in creates if (body := f.result()) is not None]
         for future in deletes:
             future.result()
+        released: list[tuple[str, Body]] = []
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
                 pod = pods.get(action.pod_name)
-                self.release(ns, action, pod, ws_by_node.get(action.node))
+                after = self.release(ns, action, pod, ws_by_node.get(action.node))
+                if pod is not None and after is not None:
+                    released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))
             elif isinstance(action, Event):
                 self.post_event(job, action)
             elif isinstance(action, DeleteJob):
                 self._delete_job(job, action)
-        return created
+        return created, released
 
     def _create(self, ns: str, action: CreatePod) -> Body | None:
         try:
@@ -245,15 +250,16 @@ class Controller:
         action: ReleaseWorker,
         pod: Body | None = None,
         worker_status: Body | None = None,
-    ) -> None:
+    ) -> Body | None:
         """The finalizer write: release the worker (guarded), then drop the finalizer.
 
         ``pod`` and ``worker_status`` come from the caller's cache; without ``pod`` it is read.
-        A worker status that already shows the pod released saves the guarded write."""
+        A worker status that already shows the pod released saves the guarded write. Returns
+        the pod as the finalizer patch left it (None when no patch was made)."""
         if pod is None:
             pod = self._read_pod(ns, action.pod_name)
         if pod is None or (pod.get("metadata") or {}).get("uid") != action.pod_uid:
-            return
+            return None
         if action.node and not already_released(worker_status, action.pod_uid):
             outcome = _outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
@@ -263,7 +269,7 @@ class Controller:
                 ns, action.pod_name, action.node, outcome,
                 "applied" if released else "nothing held it",
             )
-        self._drop_finalizer(ns, pod)
+        return self._drop_finalizer(ns, pod)
 
     def _read_pod(self, ns: str, name: str) -> Body | None:
         try:
@@ -273,14 +279,15 @@ class Controller:
                 return None
             raise
 
-    def _drop_finalizer(self, ns: str, pod: Body) -> None:
+    def _drop_finalizer(self, ns: str, pod: Body) -> Body | None:
         """Remove ``kuzk.io/release-worker``, checking it is still where the pod had it, so
-        the patch never removes another finalizer; if it moved, read the pod once more."""
+        the patch never removes another finalizer; if it moved, read the pod once more.
+        Returns the patched pod, or None when there was nothing to patch."""
         for _ in range(CONFLICT_TRIES):
             meta = pod.get("metadata") or {}
             finalizers = meta.get("finalizers") or []
             if api.FINALIZER not in finalizers:
-                return
+                return None
             path = f"/metadata/finalizers/{finalizers.index(api.FINALIZER)}"
             patch: list[dict[str, Any]] = [
                 {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
@@ -288,16 +295,15 @@ class Controller:
                 {"op": "remove", "path": path},
             ]
             try:
-                self.core.patch_namespaced_pod(meta["name"], ns, patch)
-                return
+                return self._serialize(self.core.patch_namespaced_pod(meta["name"], ns, patch))
             except ApiException as e:
                 if e.status == 404:
-                    return
+                    return None
                 if e.status not in (409, 422):
                     raise
             fresh = self._read_pod(ns, meta.get("name", ""))
             if fresh is None or (fresh.get("metadata") or {}).get("uid") != meta.get("uid"):
-                return
+                return None
             pod = fresh
         msg = f"pod {ns}/{(pod.get('metadata') or {}).get('name')} kept changing"
         raise Conflict(msg)

@@ -124,6 +124,8 @@ class JobState:
 
     written: tuple[str, Body] | None = None  # (resourceVersion it replaced, the job after)
     created: dict[str, Body] = field(default_factory=dict)  # pod name → the pod as created
+    # pod name → (resourceVersion it replaced, the pod after its finalizer was dropped)
+    released: dict[str, tuple[str, Body]] = field(default_factory=dict)
 
     def job(self, cached: Body) -> Body:
         rv = (cached.get("metadata") or {}).get("resourceVersion")
@@ -136,11 +138,22 @@ class JobState:
         names = {(p.get("metadata") or {}).get("name") for p in cached}
         for name in [n for n in self.created if n in names]:
             del self.created[name]
-        return [*cached, *self.created.values()]
+        pods = []
+        for pod in cached:
+            meta = pod.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            replaced, after = self.released.pop(name, ("", pod))
+            if replaced == meta.get("resourceVersion"):
+                self.released[name] = (replaced, after)
+                pod = after
+            pods.append(pod)
+        for name in [n for n in self.released if n not in names]:
+            del self.released[name]  # gone from the cache: deleted
+        return [*pods, *self.created.values()]
 
     @property
     def empty(self) -> bool:
-        return self.written is None and not self.created
+        return self.written is None and not self.created and not self.released
 
 
 class Runtime:
@@ -240,6 +253,8 @@ class Runtime:
             state.written = (job["metadata"]["resourceVersion"], synced.job)
         for pod in synced.created:
             state.created[pod["metadata"]["name"]] = slim(pod)
+        for replaced, pod in synced.released:
+            state.released[pod["metadata"]["name"]] = (replaced, slim(pod))
         if state.empty:
             self.jobs.pop((namespace, name), None)
         return synced.requeue_after

@@ -69,6 +69,23 @@ def test_created_pods_stand_in_until_the_watch_delivers_them() -> None:
     assert state.empty
 
 
+def test_a_dropped_finalizer_shows_until_the_watch_delivers_the_pod() -> None:
+    """A sync that comes before the watch's event must not release the pod again (each
+    repeat cost a patch answered 422 and a GET)."""
+    state = JobState()
+    held = {"metadata": {"name": "p", "resourceVersion": "7", "finalizers": ["kuzk.io/x"]}}
+    dropped = {"metadata": {"name": "p", "resourceVersion": "8", "finalizers": []}}
+    state.released["p"] = ("7", dropped)
+    assert state.pods([held]) == [dropped]
+    assert not state.empty
+    later = {"metadata": {"name": "p", "resourceVersion": "9"}}
+    assert state.pods([later]) == [later]
+    assert state.empty
+    state.released["p"] = ("7", dropped)
+    assert state.pods([]) == []
+    assert state.empty
+
+
 def peer(priority: int, seconds_ago: float = 0, lifetime: int = 15) -> dict[str, Any]:
     seen = (NOW - timedelta(seconds=seconds_ago)).isoformat()
     return {"priority": priority, "lifetime": lifetime, "lastseen": seen}
