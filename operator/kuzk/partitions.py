@@ -18,7 +18,6 @@ from kuzk.observe import (
     DONE,
     FAILED,
     PENDING,
-    STARTED_STATES,
     STATES,
     TERMINAL_STATES,
     Claim,
@@ -142,11 +141,9 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
     part.worker = outcome.worker or part.worker
     part.started_at = outcome.started_at or part.started_at
     if outcome.kind == "live":
-        was_started = part.state in STARTED_STATES
+        # No event: a partition's start is in its status and in its pod's own events.
+        # Events are API writes, spent on what a reader must not miss (issue 12's budget).
         part.state = max(part.state, outcome.state, key=STATES.index)
-        if part.state in STARTED_STATES and not was_started:
-            where = f" on node {part.node}" if part.node else ""
-            return [_event("Normal", "PartitionStarted", part, f"started{where}")]
         return []
     if outcome.kind == "done":
         part.state, part.commitment = DONE, outcome.commitment

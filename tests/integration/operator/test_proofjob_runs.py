@@ -68,7 +68,7 @@ def test_snap_update_runs_16_partitions_on_4_gpus(cluster: Cluster, namespace: s
     events = cluster.core.list_namespaced_event(
         namespace, field_selector="involvedObject.name=snap").items
     reasons = {e.reason for e in events}
-    assert {"PartitionStarted", "PartitionDone", "JobComplete"} <= reasons
+    assert {"PartitionDone", "JobComplete"} <= reasons
 
 
 def test_transient_failure_is_retried(cluster: Cluster, namespace: str, nodes, run_operator,
