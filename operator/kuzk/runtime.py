@@ -33,6 +33,11 @@ from kuzk.controller import Body, Controller, JobGone, controller_of, pods_of
 
 log = logging.getLogger("kuzk.runtime")
 SWEEP_SECONDS = 30.0
+# A pod or WorkerStatus event syncs its job this long after it, so the events of a burst
+# (a pod's phase, its worker's stages, other partitions finishing) share one sync and one
+# status write; the Job controller batches pod events the same way (syncJobBatchPeriod).
+# A ProofJob's own events (created, spec changed, deleted) are handled at once.
+BATCH_SECONDS = 0.5
 JobKey = tuple[str, str]
 Assignment = tuple[Any, ...]
 
@@ -183,7 +188,7 @@ class Runtime:
         owner = controller_of(pod)
         job = self.caches.job(ns, owner["name"]) if owner else None
         if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
-            self.queue.kick(("job", ns, owner["name"]))
+            self.queue.later(("job", ns, owner["name"]), BATCH_SECONDS)
         elif event == "DELETED":
             self.queue.forget(("pod", ns, name))
         else:
@@ -199,7 +204,7 @@ class Runtime:
             self.queue.later(("sweep", node), SWEEP_SECONDS)
         for namespace, name in sorted(changed_jobs(old, new)):
             if self.caches.job(namespace, name) is not None:
-                self.queue.kick(("job", namespace, name))
+                self.queue.later(("job", namespace, name), BATCH_SECONDS)
 
     def on_node(self, event: str | None, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name", "")
