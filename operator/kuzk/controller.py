@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, workers
 from kuzk.actions import CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
-from kuzk.observe import is_deleting, release_action
+from kuzk.observe import is_deleting, release_action, worker_outcome
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
 
@@ -35,17 +35,6 @@ POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
 Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
-
-
-def _outcome(pod: Mapping[str, Any]) -> workers.Outcome:
-    status = pod.get("status") or {}
-    if status.get("phase") == "Succeeded":
-        return "succeeded"
-    disrupted = any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    return "disrupted" if disrupted or is_deleting(pod) else "failed"
 
 
 def controller_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -265,7 +254,7 @@ class Controller:
         if pod is None or (pod.get("metadata") or {}).get("uid") != action.pod_uid:
             return None
         if action.node and not already_released(worker_status, action.pod_uid):
-            outcome = _outcome(pod)
+            outcome = worker_outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
             released = workers.release(self.api_client, action.node, ref, outcome)
             log.info(

@@ -151,6 +151,18 @@ def observe(pod: Mapping[str, Any], claims: Mapping[str, Claim]) -> Outcome:
     return Outcome("live", state, **common)
 
 
+def worker_outcome(pod: Mapping[str, Any]) -> Literal["succeeded", "failed", "disrupted"]:
+    """How the worker of a pod being released ended, by the rule that decides its partition
+    (``observe``): a usable result is a success, a disruption (an eviction, a preemption, a
+    lost node, a deletion while it ran) is not the prover's failure, anything else is."""
+    kind = observe(pod, {}).kind
+    if kind == "done":
+        return "succeeded"
+    if kind in ("failed", "invalid"):
+        return "failed"
+    return "disrupted"
+
+
 def parse_result(message: str | None) -> tuple[str, int | None, int | None]:
     """Read a prover's success JSON: (commitment, synth_ms, gpu_ms)."""
     try:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kuzk.actions import CreatePod, DeletePod, Event, ReleaseWorker
+from kuzk.observe import observe, worker_outcome
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
 from tests.unit.operator.objects import T0, Make, commitment_for
@@ -334,3 +335,32 @@ def test_stray_pods_are_deleted(labels):
     decision = reconcile(job, [stray], [], T0, settings=SETTINGS)
     assert decision.of_type(DeletePod) == [DeletePod("stray", POD_UID, "UnknownPartition")]
     assert [c.name for c in decision.of_type(CreatePod)] == ["job-p0-a1"]
+
+
+# The worker's outcome at release follows the partition's rule (``observe``), never a second one.
+OUTCOME_ROWS: list[tuple[str, dict[str, Any], str, str]] = [
+    ("succeeded", {"phase": "Succeeded", "exit_code": 0, "message": Make.result(0)},
+     "done", "succeeded"),
+    ("succeeded-without-result", {"phase": "Succeeded", "exit_code": 0, "message": "ok"},
+     "failed", "failed"),
+    ("exit-2", {"phase": "Failed", "exit_code": 2, "message": '{"error": "bad input"}'},
+     "invalid", "failed"),
+    ("exit-1", {"phase": "Failed", "exit_code": 1}, "failed", "failed"),
+    ("oom-killed", {"phase": "Failed", "exit_code": 137, "reason": "OOMKilled"},
+     "failed", "failed"),
+    ("evicted", {"phase": "Failed", "pod_reason": "Evicted"}, "disrupted", "disrupted"),
+    ("disruption-target", {"phase": "Failed", "exit_code": 143, "conditions": [DISRUPTED]},
+     "disrupted", "disrupted"),
+    ("deleted-while-running", {"phase": "Running", "deleting": T0}, "disrupted", "disrupted"),
+    ("node-lost", {"phase": "Failed", "pod_reason": "NodeLost"}, "disrupted", "disrupted"),
+    ("deleted-before-it-ran", {"deleting": T0}, "disrupted", "disrupted"),
+]
+
+
+@pytest.mark.parametrize(("pod_kwargs", "kind", "worker"),
+                         [row[1:] for row in OUTCOME_ROWS], ids=[row[0] for row in OUTCOME_ROWS])
+def test_the_worker_outcome_follows_the_partition_rule(pod_kwargs: dict[str, Any], kind: str,
+                                                       worker: str) -> None:
+    pod = Make.pod(Make.job(partitions=1), node="n1", **pod_kwargs)
+    assert observe(pod, {}).kind == kind
+    assert worker_outcome(pod) == worker
