@@ -197,11 +197,14 @@ def job_selector(job_name: str) -> str:
     return f"{LABEL_JOB}={job_label_value(job_name)}"
 
 
-def format_time(moment: datetime) -> str:
-    """An RFC 3339 UTC timestamp with a ``Z``, at the second precision of metav1.Time."""
+def format_time(moment: datetime, *, millis: bool = False) -> str:
+    """An RFC 3339 UTC timestamp with a ``Z``: at the second precision of metav1.Time, or
+    with ``millis`` at millisecond precision (WorkerStatus times, where busy stages show
+    tenths of a second)."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return (text[:-3] if millis else text[:-7]) + "Z"
 
 
 def parse_time(text: str) -> datetime:

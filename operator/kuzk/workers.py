@@ -135,11 +135,6 @@ class Decision(Generic[T]):
 
 
 # --- pure decisions ----------------------------------------------------------------------
-def stamp(moment: datetime) -> str:
-    """A worker timestamp: RFC 3339 UTC at millisecond precision (busy times show tenths)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def describe(who: Assignment | PodRef) -> str:
     """An assignment or pod as a log line names it."""
     if isinstance(who, PodRef):
@@ -191,7 +186,7 @@ def _new_status(
     status["proving"] = sum(1 for w in workers if w.get("state") == "proving")
     status["workerCount"] = len(workers)
     status["staleWritesRejected"] = int(old.get("staleWritesRejected") or 0) + stale
-    status["updatedAt"] = stamp(now)
+    status["updatedAt"] = kapi.format_time(now, millis=True)
     return status
 
 
@@ -225,7 +220,7 @@ def decide_claim(
         # One GPU, one pod: the kubelet gave this GPU to the claimant, so the holder is over.
         notes = (f"{describe(assignment)} replaces {_describe_worker(worker)}",)
     _remember(worker, assignment.pod_uid)
-    moment = stamp(now)
+    moment = kapi.format_time(now, millis=True)
     worker.update(
         gpu={**(worker.get("gpu") or {}), **gpu.as_status()},
         state="proving",
@@ -257,7 +252,8 @@ def decide_stage(
     if not holders:
         return _refuse(status, "stage", assignment, now)
     for worker in holders:
-        worker.update(stage=stage, since=stamp(now), heartbeat=stamp(now))
+        moment = kapi.format_time(now, millis=True)
+        worker.update(stage=stage, since=moment, heartbeat=moment)
     return Decision(_new_status(status, workers, now), True)
 
 
@@ -270,7 +266,7 @@ def decide_heartbeat(
     if not holders:
         return _refuse(status, "heartbeat", assignment, now)
     for worker in holders:
-        worker["heartbeat"] = stamp(now)
+        worker["heartbeat"] = kapi.format_time(now, millis=True)
     return Decision(_new_status(status, workers, now), True)
 
 
@@ -281,7 +277,7 @@ def _set_idle(worker: dict[str, Any], outcome: Outcome, now: datetime) -> None:
     worker.update(
         state="idle",
         pod={k: pod[k] for k in ("name", "uid") if k in pod},
-        since=stamp(now),
+        since=kapi.format_time(now, millis=True),
         completed=int(worker.get("completed") or 0) + (outcome == "succeeded"),
     )
 
