@@ -49,7 +49,7 @@ from kubernetes import client, config
 from kuzk import api as kapi
 from kuzk import workers
 from kuzk.crds import workerstatus_crd
-from kuzk.workers import Assignment, Decision, Gpu, PodRef, guarded_write
+from kuzk.workers import Assignment, Gpu, PodRef, WriteDecision, guarded_write
 
 WHERE = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL)
 
@@ -68,13 +68,13 @@ class CountingClient(client.ApiClient):
         return response
 
 
-def increment(worker_id: str) -> Callable[[Mapping[str, Any]], Decision[None]]:
-    def decide(status: Mapping[str, Any]) -> Decision[None]:
+def increment(worker_id: str) -> Callable[[Mapping[str, Any]], WriteDecision[None]]:
+    def decide(status: Mapping[str, Any]) -> WriteDecision[None]:
         new = copy.deepcopy(dict(status))
         for worker in new["workers"]:
             if worker["id"] == worker_id:
                 worker["completed"] += 1
-        return Decision(new, None)
+        return WriteDecision(new, None)
 
     return decide
 
@@ -118,7 +118,7 @@ def run(
     objects.create_cluster_custom_object(*WHERE, body)
     workers = [{"id": f"W{i}", "state": "idle", "completed": 0} for i in range(writers)]
     first = {"workers": workers, "proving": 0, "workerCount": writers}
-    guarded_write(api, name, lambda _status: Decision(first, None))
+    guarded_write(api, name, lambda _status: WriteDecision(first, None))
     spawn = multiprocessing.get_context("spawn")
     go, out = spawn.Event(), spawn.Queue()
     each = total // writers

@@ -124,7 +124,7 @@ class Released:
 
 
 @dataclass(frozen=True)
-class Decision(Generic[T]):
+class WriteDecision(Generic[T]):
     """What a write decided: the new status (None: nothing to write), the caller's result, the
     refused operation when the write is stale, and lines to log once the write has landed."""
 
@@ -192,16 +192,16 @@ def _new_status(
 
 def _refuse(
     status: Mapping[str, Any], operation: str, who: Assignment | PodRef, now: datetime
-) -> Decision[bool]:
+) -> WriteDecision[bool]:
     workers = copy.deepcopy(status.get("workers") or [])
     held = "; ".join(_describe_worker(w) for w in workers) or "no workers"
     note = f"refused stale {operation} of {describe(who)}: the node's workers hold: {held}"
-    return Decision(_new_status(status, workers, now, stale=1), False, operation, (note,))
+    return WriteDecision(_new_status(status, workers, now, stale=1), False, operation, (note,))
 
 
 def decide_claim(
     status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime
-) -> Decision[str]:
+) -> WriteDecision[str]:
     """Mark the worker of ``gpu`` proving ``assignment``; add the worker if it is new."""
     workers = copy.deepcopy(status.get("workers") or [])
     worker = next((w for w in workers if (w.get("gpu") or {}).get("uuid") == gpu.uuid), None)
@@ -214,7 +214,7 @@ def decide_claim(
         worker.get("state") == "proving"
         and (worker.get("pod") or {}).get("uid") == assignment.pod_uid
     ):
-        return Decision(None, str(worker["id"]))
+        return WriteDecision(None, str(worker["id"]))
     notes: tuple[str, ...] = ()
     if worker.get("state") == "proving":
         # One GPU, one pod: the kubelet gave this GPU to the claimant, so the holder is over.
@@ -237,12 +237,12 @@ def decide_claim(
         heartbeat=moment,
     )
     worker.pop("stage", None)
-    return Decision(_new_status(status, workers, now), str(worker["id"]), notes=notes)
+    return WriteDecision(_new_status(status, workers, now), str(worker["id"]), notes=notes)
 
 
 def decide_stage(
     status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime
-) -> Decision[bool]:
+) -> WriteDecision[bool]:
     """Set the stage of the worker holding ``assignment``; stale if none holds it."""
     if stage not in WORKER_STAGES:
         msg = f"stage must be one of {', '.join(WORKER_STAGES)}, not {stage!r}"
@@ -254,12 +254,12 @@ def decide_stage(
     for worker in holders:
         moment = kapi.format_time(now, millis=True)
         worker.update(stage=stage, since=moment, heartbeat=moment)
-    return Decision(_new_status(status, workers, now), True)
+    return WriteDecision(_new_status(status, workers, now), True)
 
 
 def decide_heartbeat(
     status: Mapping[str, Any], assignment: Assignment, now: datetime
-) -> Decision[bool]:
+) -> WriteDecision[bool]:
     """Refresh the heartbeat of the worker holding ``assignment``; stale if none holds it."""
     workers = copy.deepcopy(status.get("workers") or [])
     holders = _holders(workers, assignment.pod_uid)
@@ -267,7 +267,7 @@ def decide_heartbeat(
         return _refuse(status, "heartbeat", assignment, now)
     for worker in holders:
         worker["heartbeat"] = kapi.format_time(now, millis=True)
-    return Decision(_new_status(status, workers, now), True)
+    return WriteDecision(_new_status(status, workers, now), True)
 
 
 def _set_idle(worker: dict[str, Any], outcome: Outcome, now: datetime) -> None:
@@ -284,7 +284,7 @@ def _set_idle(worker: dict[str, Any], outcome: Outcome, now: datetime) -> None:
 
 def decide_release(
     status: Mapping[str, Any], who: Assignment | PodRef, outcome: Outcome, now: datetime
-) -> Decision[bool]:
+) -> WriteDecision[bool]:
     """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
     outcome is success). A pod already released is a no-op. Otherwise the release is stale
     when ``who`` held a worker: always for an Assignment (the prover's, which claimed), for a
@@ -296,12 +296,12 @@ def decide_release(
     if holders:
         for worker in holders:
             _set_idle(worker, outcome, now)
-        return Decision(_new_status(status, workers, now), True)
+        return WriteDecision(_new_status(status, workers, now), True)
     if any((w.get("pod") or {}).get("uid") == uid for w in workers):
-        return Decision(None, False)
+        return WriteDecision(None, False)
     if isinstance(who, Assignment) or _held_before(workers, uid):
         return _refuse(status, "release", who, now)
-    return Decision(
+    return WriteDecision(
         None, False, notes=(f"{describe(who)} never held a worker: nothing to release",)
     )
 
@@ -311,7 +311,7 @@ def decide_sweep(
     live_pods: Mapping[str, str],
     now: datetime,
     heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-) -> Decision[list[Released]]:
+) -> WriteDecision[list[Released]]:
     """Release workers whose pod is gone, or whose heartbeat is older than three intervals
     while their pod is not Running. ``live_pods`` maps pod UID to phase."""
     workers = copy.deepcopy(status.get("workers") or [])
@@ -330,11 +330,11 @@ def decide_sweep(
             released.append(Released(str(worker["id"]), ref, outcome))
             _set_idle(worker, outcome, now)
     if not released:
-        return Decision(None, released)
+        return WriteDecision(None, released)
     notes = tuple(
         f"sweep released {r.worker_id} from {describe(r.pod)} ({r.outcome})" for r in released
     )
-    return Decision(_new_status(status, workers, now), released, notes=notes)
+    return WriteDecision(_new_status(status, workers, now), released, notes=notes)
 
 
 # --- guarded writes ----------------------------------------------------------------------
@@ -345,7 +345,7 @@ def _now() -> datetime:
 def guarded_write(
     api: client.ApiClient,
     node: str,
-    decide: Callable[[Mapping[str, Any]], Decision[T]],
+    decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
     *,
     budget_s: float = CONFLICT_BUDGET_S,
 ) -> T:
