@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kuzk import api
 from kuzk.workers import (
     PREVIOUS_PODS,
     Assignment,
@@ -19,8 +20,12 @@ from kuzk.workers import (
     decide_release,
     decide_stage,
     decide_sweep,
-    stamp,
 )
+
+
+def stamp(moment: datetime) -> str:
+    return api.format_time(moment, millis=True)
+
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=5)
