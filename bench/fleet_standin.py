@@ -39,7 +39,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk import workers
+from kuzk import api, workers
 from kuzk.workers import Assignment
 from kuzk_prover.reporter import ProverReporter
 
@@ -198,7 +198,7 @@ class Server(socketserver.ThreadingTCPServer):
                 HTTPError, OSError) as e:
             self.stats.add(f"claim_failed_{type(e).__name__}")
         seconds = work_seconds(job, int(partition), *self.work)
-        outcome: workers.Outcome = "failed"
+        outcome: api.WorkerOutcome = "failed"
         try:
             reporter.on_stage("synthesizing")
             if not _alive_for(conn, seconds * SYNTH_SHARE):

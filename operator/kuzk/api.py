@@ -1,7 +1,9 @@
 """The kuzk API surface shared by the operator, the CRDs and the status server.
 
-Names, label keys, the per-kind defaults table and the resolution of a ProofJob's spec live
-here, once, so the CRD descriptions, the pod builder and the reconciler cannot disagree.
+Names, label keys, the vocabulary of the status fields (job phases, partition states, worker
+stages and outcomes, timestamps), the per-kind defaults table and the resolution of a
+ProofJob's spec live here, once, so the CRD descriptions, the pod builder, the reconciler,
+the worker protocol and the status server cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 GROUP = "kuzk.io"
 VERSION = "v1alpha1"
@@ -29,6 +31,35 @@ WORKERSTATUS_SHORT_NAME = "ws"
 CATEGORY = "kuzk"
 
 FINALIZER = "kuzk.io/release-worker"
+
+# --- the vocabulary of the status fields, one name for each word ----------------------------
+# A ProofJob's ``status.phase``.
+PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED, PHASE_SUSPENDED = (
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+)
+PHASES = (PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED, PHASE_SUSPENDED)
+FINISHED_PHASES = (PHASE_SUCCEEDED, PHASE_FAILED)
+# A partition's ``state`` in the job's status, in the order a partition moves through it; the
+# three middle ones are also the ``stage`` a prover reports for its worker.
+PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED = (
+    "pending",
+    "scheduled",
+    "synthesizing",
+    "synth_done",
+    "gpu",
+    "done",
+    "failed",
+)
+STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED)
+STARTED_STATES = (SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU)
+TERMINAL_STATES = (DONE, FAILED)
+WORKER_STAGES = (SYNTHESIZING, SYNTH_DONE, GPU)
+# How a worker's pod ended, as its release records it ("lost": the sweep found it gone).
+WorkerOutcome = Literal["succeeded", "failed", "disrupted", "lost"]
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

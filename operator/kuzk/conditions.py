@@ -1,4 +1,4 @@
-"""ProofJob phases and their metav1.Conditions.
+"""The metav1.Conditions of a ProofJob phase (the phases themselves are in ``kuzk.api``).
 
 All four condition types are always present (True or False, each with a reason), so
 ``kubectl wait --for=condition=Complete`` and dashboards never guess at a missing one. A
@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-PENDING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
-    "Pending",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Suspended",
+from kuzk.api import (
+    PHASE_FAILED,
+    PHASE_PENDING,
+    PHASE_RUNNING,
+    PHASE_SUCCEEDED,
+    PHASE_SUSPENDED,
 )
-PHASES = (PENDING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
-FINISHED_PHASES = (SUCCEEDED, FAILED)
+
 CONDITION_TYPES = ("Running", "Complete", "Failed", "Suspended")
 
 
@@ -33,24 +32,24 @@ def conditions(
     """The job's conditions for a phase; ``failure`` is (reason, message) when Failed."""
     failed_reason, failed_message = failure or ("NoFailure", "no partition has failed")
     running_reason = {
-        RUNNING: "PartitionsRunning",
-        PENDING: "PodsPending",
-        SUSPENDED: "JobSuspended",
-        SUCCEEDED: "JobComplete",
-        FAILED: failed_reason,
+        PHASE_RUNNING: "PartitionsRunning",
+        PHASE_PENDING: "PodsPending",
+        PHASE_SUSPENDED: "JobSuspended",
+        PHASE_SUCCEEDED: "JobComplete",
+        PHASE_FAILED: failed_reason,
     }[phase]
     wanted = {
-        "Running": (phase == RUNNING, running_reason, progress),
+        "Running": (phase == PHASE_RUNNING, running_reason, progress),
         "Complete": (
-            phase == SUCCEEDED,
-            "AllPartitionsDone" if phase == SUCCEEDED else "PartitionsRemaining",
+            phase == PHASE_SUCCEEDED,
+            "AllPartitionsDone" if phase == PHASE_SUCCEEDED else "PartitionsRemaining",
             progress,
         ),
-        "Failed": (phase == FAILED, failed_reason, failed_message),
+        "Failed": (phase == PHASE_FAILED, failed_reason, failed_message),
         "Suspended": (
-            phase == SUSPENDED,
-            "JobSuspended" if phase == SUSPENDED else "NotSuspended",
-            "spec.suspend is true" if phase == SUSPENDED else "spec.suspend is false",
+            phase == PHASE_SUSPENDED,
+            "JobSuspended" if phase == PHASE_SUSPENDED else "NotSuspended",
+            "spec.suspend is true" if phase == PHASE_SUSPENDED else "spec.suspend is false",
         ),
     }
     old = {condition.get("type"): condition for condition in previous}

@@ -16,21 +16,7 @@ from typing import Any, Literal
 
 from kuzk import api
 from kuzk.actions import ReleaseWorker
-
-# The engine's partition vocabulary, in the order a partition moves through it.
-PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED = (
-    "pending",
-    "scheduled",
-    "synthesizing",
-    "synth_done",
-    "gpu",
-    "done",
-    "failed",
-)
-STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED)
-STARTED_STATES = (SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU)
-TERMINAL_STATES = (DONE, FAILED)
-WORKER_STAGES = (SYNTHESIZING, SYNTH_DONE, GPU)
+from kuzk.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
 
 INVALID_INPUT_EXIT_CODE = 2
 # Pod-level reasons the kubelet and controllers give for killing a pod that did nothing wrong.
@@ -151,7 +137,7 @@ def observe(pod: Mapping[str, Any], claims: Mapping[str, Claim]) -> Outcome:
     return Outcome("live", state, **common)
 
 
-def worker_outcome(pod: Mapping[str, Any]) -> Literal["succeeded", "failed", "disrupted"]:
+def worker_outcome(pod: Mapping[str, Any]) -> api.WorkerOutcome:
     """How the worker of a pod being released ended, by the rule that decides its partition
     (``observe``): a usable result is a success, a disruption (an eviction, a preemption, a
     lost node, a deletion while it ran) is not the prover's failure, anything else is."""

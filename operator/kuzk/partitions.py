@@ -14,16 +14,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from kuzk.actions import Event
-from kuzk.observe import (
-    DONE,
-    FAILED,
-    PENDING,
-    STATES,
-    TERMINAL_STATES,
-    Claim,
-    Outcome,
-    observe,
-)
+from kuzk.api import DONE, FAILED, PENDING, STATES, TERMINAL_STATES
+from kuzk.observe import Claim, Outcome, observe
 
 # Why a partition's attempt ended early (``reason`` in its status entry).
 RETRIED_FAILURE = "Failed"

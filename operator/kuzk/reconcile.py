@@ -15,18 +15,19 @@ from typing import Any
 
 from kuzk import api, ranges
 from kuzk.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event
-from kuzk.conditions import (
+from kuzk.api import (
+    DONE,
     FAILED,
     FINISHED_PHASES,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-    SUSPENDED,
-    conditions,
-)
-from kuzk.observe import (
-    DONE,
+    PHASE_FAILED,
+    PHASE_PENDING,
+    PHASE_RUNNING,
+    PHASE_SUCCEEDED,
+    PHASE_SUSPENDED,
     STARTED_STATES,
+)
+from kuzk.conditions import conditions
+from kuzk.observe import (
     controlled_by,
     is_deleting,
     is_finished,
@@ -34,7 +35,6 @@ from kuzk.observe import (
     release_action,
     worker_claims,
 )
-from kuzk.observe import FAILED as PARTITION_FAILED
 from kuzk.partitions import FAILED_JOB, RETRIED_DISRUPTION, RETRIED_SUSPEND, Partition, advance
 from kuzk.pods import PodSettings, pod_manifest
 
@@ -70,7 +70,7 @@ def reconcile(
     phase, failure, start_time = _judge(prev, parts, spec, now, stamp)
     _stop_partitions(parts, by_part, phase, failure, stamp)
     deleting = bool((job.get("metadata") or {}).get("deletionTimestamp"))
-    wanted = phase in (PENDING, RUNNING) and not deleting
+    wanted = phase in (PHASE_PENDING, PHASE_RUNNING) and not deleting
     creates = _creates(parts, by_part, spec, settings) if wanted else []
     active = sum(1 for part in parts if wanted and not part.terminal)
     status = _status(spec, prev, parts, phase, failure, start_time, active, stamp)
@@ -157,7 +157,7 @@ def _stop_partitions(
             part.fail(FAILED_JOB, f"JobFailed: {failure[0]}", stamp)
             continue
         pod = by_part.get(part.index, {}).get(part.attempt)
-        if phase == SUSPENDED and pod is not None and not is_finished(pod):
+        if phase == PHASE_SUSPENDED and pod is not None and not is_finished(pod):
             text = "interrupted by spec.suspend"
             part.next_attempt(part.attempt + 1, counted=False, reason=RETRIED_SUSPEND, message=text)
 
@@ -195,20 +195,20 @@ def _judge(
     if prev_phase in FINISHED_PHASES:
         return prev_phase, None, start_time
     for part in parts:
-        if part.state == PARTITION_FAILED:
+        if part.state == FAILED:
             failure = part.reason or "PartitionFailed", f"partition {part.index}: {part.message}"
-            return FAILED, failure, start_time or stamp
+            return PHASE_FAILED, failure, start_time or stamp
     if all(part.state == DONE for part in parts):
-        return SUCCEEDED, None, start_time or stamp
+        return PHASE_SUCCEEDED, None, start_time or stamp
     if spec.suspend:
-        return SUSPENDED, None, None
+        return PHASE_SUSPENDED, None, None
     start_time = start_time or stamp
     deadline = spec.active_deadline_seconds
     if deadline is not None and now >= api.parse_time(start_time) + timedelta(seconds=deadline):
         message = f"the job ran longer than activeDeadlineSeconds={deadline}"
-        return FAILED, (DEADLINE_EXCEEDED, message), start_time
+        return PHASE_FAILED, (DEADLINE_EXCEEDED, message), start_time
     progressed = any(part.state in (*STARTED_STATES, DONE) for part in parts)
-    return (RUNNING if progressed else PENDING), None, start_time
+    return (PHASE_RUNNING if progressed else PHASE_PENDING), None, start_time
 
 
 def _pod_cleanup(
@@ -220,9 +220,9 @@ def _pod_cleanup(
     now: datetime,
 ) -> list[Action]:
     """Delete the live pods nobody wants any more; release the ones that ended."""
-    unwanted_reason = {SUCCEEDED: "JobComplete", FAILED: "JobFailed", SUSPENDED: "Suspended"}.get(
-        phase, "JobDeleted"
-    )
+    unwanted_reason = {
+        PHASE_SUCCEEDED: "JobComplete", PHASE_FAILED: "JobFailed", PHASE_SUSPENDED: "Suspended"
+    }.get(phase, "JobDeleted")
     deletes: list[Action] = []
     releases: list[Action] = []
     judged = [(pod, "UnknownPartition") for pod in strays]
@@ -256,7 +256,7 @@ def _status(
     stamp: str,
 ) -> dict[str, Any]:
     done = [part.index for part in parts if part.state == DONE]
-    failed = [part.index for part in parts if part.state == PARTITION_FAILED]
+    failed = [part.index for part in parts if part.state == FAILED]
     progress = f"{len(done)}/{spec.partitions} partitions done, {active} active"
     if phase in FINISHED_PHASES and prev.get("phase") == phase:
         job_conditions = [dict(condition) for condition in prev.get("conditions") or []]
@@ -265,7 +265,7 @@ def _status(
             prev.get("conditions") or [], phase, failure, progress, spec.generation, stamp
         )
     proof = None
-    if phase == SUCCEEDED:
+    if phase == PHASE_SUCCEEDED:
         commitments = [part.commitment or "" for part in parts]
         proof = {"commitment": api.proof_commitment(commitments), "partitions": spec.partitions}
     return {
@@ -299,16 +299,16 @@ def _job_events(
 ) -> list[Event]:
     if phase == prev_phase:
         return []
-    if phase == SUCCEEDED:
+    if phase == PHASE_SUCCEEDED:
         proof = status["proof"]
         text = f"all {proof['partitions']} partitions done; proof {proof['commitment']}"
         return [Event("Normal", "JobComplete", text)]
-    if phase == FAILED:
+    if phase == PHASE_FAILED:
         reason, message = failure or ("JobFailed", "the job failed")
         return [Event("Warning", "JobFailed", f"{reason}: {message}")]
-    if phase == SUSPENDED:
+    if phase == PHASE_SUSPENDED:
         return [Event("Normal", "Suspended", "spec.suspend is true; partition pods are deleted")]
-    if prev_phase == SUSPENDED:
+    if prev_phase == PHASE_SUSPENDED:
         return [Event("Normal", "Resumed", "spec.suspend is false; unfinished partitions resume")]
     return []
 
@@ -320,7 +320,7 @@ def _timers(
     waits: list[float] = []
     expired = False
     phase, start = status["phase"], status["startTime"]
-    if phase in (PENDING, RUNNING) and spec.active_deadline_seconds and start:
+    if phase in (PHASE_PENDING, PHASE_RUNNING) and spec.active_deadline_seconds and start:
         deadline = api.parse_time(start) + timedelta(seconds=spec.active_deadline_seconds)
         waits.append((deadline - now).total_seconds())
     if phase in FINISHED_PHASES and spec.ttl_seconds_after_finished is not None:

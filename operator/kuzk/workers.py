@@ -39,18 +39,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kuzk import api as kapi
-from kuzk.observe import WORKER_STAGES
+from kuzk.api import WORKER_STAGES, WorkerOutcome
 
 log = logging.getLogger("kuzk.workers")
 
 T = TypeVar("T")
-Outcome = Literal["succeeded", "failed", "disrupted", "lost"]
 
 CONFLICT_BUDGET_S = 2.0
 BACKOFF_BASE_S = 0.005
@@ -120,7 +119,7 @@ class Released:
 
     worker_id: str
     pod: PodRef
-    outcome: Outcome
+    outcome: WorkerOutcome
 
 
 @dataclass(frozen=True)
@@ -270,7 +269,7 @@ def decide_heartbeat(
     return WriteDecision(_new_status(status, workers, now), True)
 
 
-def _set_idle(worker: dict[str, Any], outcome: Outcome, now: datetime) -> None:
+def _set_idle(worker: dict[str, Any], outcome: WorkerOutcome, now: datetime) -> None:
     pod = worker.get("pod") or {}
     for key in ("stage", "job", "partition", "attempt", "heartbeat"):
         worker.pop(key, None)
@@ -283,7 +282,7 @@ def _set_idle(worker: dict[str, Any], outcome: Outcome, now: datetime) -> None:
 
 
 def decide_release(
-    status: Mapping[str, Any], who: Assignment | PodRef, outcome: Outcome, now: datetime
+    status: Mapping[str, Any], who: Assignment | PodRef, outcome: WorkerOutcome, now: datetime
 ) -> WriteDecision[bool]:
     """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
     outcome is success). A pod already released is a no-op. Otherwise the release is stale
@@ -325,7 +324,7 @@ def decide_sweep(
         last = worker.get("heartbeat") or worker.get("since")
         silent = last is None or kapi.parse_time(last) < limit
         if phase is None or (phase != "Running" and silent):
-            outcome: Outcome = "succeeded" if phase == "Succeeded" else "lost"
+            outcome: WorkerOutcome = "succeeded" if phase == "Succeeded" else "lost"
             ref = PodRef(pod.get("name", ""), pod.get("uid", ""))
             released.append(Released(str(worker["id"]), ref, outcome))
             _set_idle(worker, outcome, now)
@@ -405,7 +404,9 @@ def heartbeat(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
     return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, _now()))
 
 
-def release(api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: Outcome) -> bool:
+def release(
+    api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: WorkerOutcome
+) -> bool:
     """Set idle the worker on ``node`` that still holds ``who``'s pod UID; True if it did.
 
     False when it was already released, when the write is stale (refused and counted), or

@@ -16,12 +16,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from kuzk.api import WorkerOutcome
 from kuzk.kubeconfig import load_config
 from kuzk.workers import (
     HEARTBEAT_INTERVAL_S,
     Assignment,
     Gpu,
-    Outcome,
     WorkerStatusMissing,
     WorkerWriteConflict,
     claim,
@@ -183,7 +183,7 @@ class ProverReporter:
                 return
         self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment))
 
-    def release(self, outcome: Outcome) -> bool:
+    def release(self, outcome: WorkerOutcome) -> bool:
         """Stop the heartbeat and release the worker; True if this call released it. Without
         a claim, or a second time, it writes nothing. A failure is logged, never raised: the
         operator's finalizer release repairs it."""

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk import api
-from kuzk.conditions import FINISHED_PHASES
-from kuzk.observe import DONE, FAILED, PENDING, SCHEDULED, TERMINAL_STATES
+from kuzk.api import DONE, FAILED, FINISHED_PHASES, PENDING, SCHEDULED, TERMINAL_STATES
 from kuzk.status.history import STRIP_CELLS, WINDOW_S, History, WorkerTrack
 from kuzk.status.objects import Job, Node, Pod, Worker, WorkerNode
 

@@ -13,7 +13,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 
-from kuzk.observe import DONE, FAILED
+from kuzk.api import DONE, FAILED
 from kuzk.status.objects import Job, WorkerNode
 
 WINDOW_S = 600.0

@@ -20,8 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from kuzk.conditions import PHASES
-from kuzk.observe import STATES
+from kuzk.api import PHASES, STATES
 from kuzk.status.history import DURATION_BUCKETS
 from kuzk.status.view import StatusView
 

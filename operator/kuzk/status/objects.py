@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk import api
-from kuzk.observe import PENDING
+from kuzk.api import PENDING
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

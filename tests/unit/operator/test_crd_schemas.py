@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from kuzk import api, crds
-from kuzk.conditions import PHASES
-from kuzk.observe import STATES
+from kuzk.api import PHASES, STATES
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART_CRDS = ROOT / "charts" / "kuzk" / "crds"
