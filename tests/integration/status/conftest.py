@@ -1,11 +1,9 @@
 """Status-server integration fixtures: ``status_server`` (``kuzk status-server`` for this
-test's namespace, stopped afterwards), ``plan`` (steers the operator tests' stand-in prover)
-and ``operator`` (``kuzk operator`` for this namespace: the stand-in prover by default, the
-real one with ``operator(real_prover=True)``)."""
+test's namespace, stopped afterwards) and ``operator`` (``kuzk operator`` for this namespace:
+the stand-in prover by default, the real one with ``operator(real_prover=True)``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -13,10 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from tests.integration.operator.conftest import STANDIN, Plan
+# The operator tests' fixtures ``plan`` and ``prover_account``, shared with these tests.
+from tests.integration.operator.conftest import STANDIN, Plan, plan, prover_account  # noqa: F401
 from tests.integration.status.server import StatusServer, start
 from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import stop_group
@@ -40,26 +37,9 @@ def status_server(kuzk_installed: Cluster, namespace: str,
 
 
 @pytest.fixture
-def plan(tmp_path: Path) -> Plan:
-    (tmp_path / "plan").mkdir()
-    return Plan(tmp_path / "plan")
-
-
-@pytest.fixture
-def operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
+def operator(prover_account: Cluster, namespace: str, plan: Plan,  # noqa: F811
              tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    cluster = kuzk_installed
-    with contextlib.suppress(ApiException):
-        cluster.core.create_namespaced_service_account(
-            namespace, {"metadata": {"name": "kuzk-prover"}})
-    rbac = client.RbacAuthorizationV1Api(cluster.api)
-    binding = f"kuzk-prover-{namespace}"
-    rbac.create_cluster_role_binding({
-        "metadata": {"name": binding},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "kuzk-prover"},
-        "subjects": [{"kind": "ServiceAccount", "name": "kuzk-prover", "namespace": namespace}],
-    })
+    cluster = prover_account
     started: list[subprocess.Popen[bytes]] = []
 
     def launch(*, real_prover: bool = False) -> subprocess.Popen[bytes]:
@@ -77,4 +57,3 @@ def operator(kuzk_installed: Cluster, namespace: str, plan: Plan,
     yield launch
     for proc in started:
         stop_group(proc, grace=20)
-    rbac.delete_cluster_role_binding(binding)
