@@ -105,8 +105,8 @@ async def kuzk_workers(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
 async def proofjob_event(type: str | None, namespace: str | None, name: str, uid: str,
-                         memo: kopf.Memo, **_: Any) -> None:
-    _runtime(memo).on_job(type, namespace or "", name, uid)
+                         meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
+    _runtime(memo).on_job(type, namespace or "", name, uid, meta.get("resourceVersion"))
 
 
 @kopf.on.event("", "v1", "pods", labels=POD_FILTER)

@@ -173,14 +173,25 @@ class Runtime:
         self.node_workers: dict[str, dict[str, Assignment]] = {}
 
     # --- events --------------------------------------------------------------------------
-    def on_job(self, event: str | None, namespace: str, name: str, uid: str) -> None:
+    def on_job(self, event: str | None, namespace: str, name: str, uid: str,
+               resource_version: str | None = None) -> None:
         if event != "DELETED":
-            self.queue.kick(("job", namespace, name))
+            if not self._own_write(namespace, name, resource_version):
+                self.queue.kick(("job", namespace, name))
             return
         self._forget_job(namespace, name)
         # A ProofJob deleted with any propagation policy: its pods are settled as orphans.
         for pod in pods_of(self.caches.job_pods(namespace, name), uid):
             self.queue.kick(("pod", namespace, (pod.get("metadata") or {}).get("name", "")))
+
+    def _own_write(self, namespace: str, name: str, resource_version: str | None) -> bool:
+        """Whether a job event only shows this operator's own status write coming back: the
+        sync that wrote it decided from everything the write changed, so it needs no other."""
+        state = self.jobs.get((namespace, name))
+        if state is None or state.written is None or resource_version is None:
+            return False
+        return bool((state.written[1].get("metadata") or {}).get("resourceVersion")
+                    == resource_version)
 
     def on_pod(self, event: str | None, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kuzk.peering import outranked
-from kuzk.runtime import JobState, assignments, changed_jobs
+from kuzk.runtime import Caches, JobState, Runtime, assignments, changed_jobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -84,6 +84,19 @@ def test_a_dropped_finalizer_shows_until_the_watch_delivers_the_pod() -> None:
     state.released["p"] = ("7", dropped)
     assert state.pods([]) == []
     assert state.empty
+
+
+async def test_the_echo_of_its_own_status_write_syncs_no_job() -> None:
+    """Every status write comes back as a job event; only someone else's change syncs."""
+    job = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "5"}}
+    runtime = Runtime(controller=None, caches=Caches({("ns", "j"): [job]}, {}, {}))  # type: ignore[arg-type]
+    after = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "6"}}
+    runtime.jobs[("ns", "j")] = JobState(written=("5", after))
+    runtime.on_job("MODIFIED", "ns", "j", "uid", "6")
+    assert not runtime.queue.scheduled(("job", "ns", "j"))
+    runtime.on_job("MODIFIED", "ns", "j", "uid", "7")
+    assert runtime.queue.scheduled(("job", "ns", "j"))
+    await runtime.close()
 
 
 def peer(priority: int, seconds_ago: float = 0, lifetime: int = 15) -> dict[str, Any]:
