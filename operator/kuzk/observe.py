@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from kuzk import api
@@ -209,9 +209,23 @@ def _disruption(meta: Mapping[str, Any], status: Mapping[str, Any]) -> str | Non
             return _clip(f"disrupted ({condition.get('reason') or 'DisruptionTarget'}): {why}")
     if status.get("reason") in DISRUPTION_REASONS:
         return _clip(f"disrupted ({status['reason']}): {status.get('message') or 'no message'}")
-    if meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed"):
+    if meta.get("deletionTimestamp") and _deleted_first(meta, status):
         return "disrupted: the pod was deleted while it ran"
     return None
+
+
+def _deleted_first(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a deleting pod was asked to go before its container ended on its own. One
+    deleted while it ran is disrupted, whether a sync sees it still stopping or already
+    Failed (exit 143); one that had failed on its own and was deleted afterwards is not.
+    The request's time is the deletionTimestamp less the grace period it was given."""
+    if status.get("phase") != "Failed":
+        return True
+    finished = (_terminated(status) or {}).get("finishedAt")
+    if not finished:
+        return False
+    grace = timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+    return api.parse_time(meta["deletionTimestamp"]) - grace <= api.parse_time(finished)
 
 
 def _terminated(status: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ limit, and what the partition, the job, the pods and the events must become.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -352,6 +353,11 @@ OUTCOME_ROWS: list[tuple[str, dict[str, Any], str, str]] = [
     ("disruption-target", {"phase": "Failed", "exit_code": 143, "conditions": [DISRUPTED]},
      "disrupted", "disrupted"),
     ("deleted-while-running", {"phase": "Running", "deleting": T0}, "disrupted", "disrupted"),
+    # The same pod once its container has stopped: the deletion came first, so still disrupted.
+    ("deleted-then-failed", {"phase": "Failed", "exit_code": 143, "deleting": T0,
+                             "finished": T0 + timedelta(seconds=3)}, "disrupted", "disrupted"),
+    ("failed-then-deleted", {"phase": "Failed", "exit_code": 1, "finished": T0,
+                             "deleting": T0 + timedelta(seconds=60)}, "failed", "failed"),
     ("node-lost", {"phase": "Failed", "pod_reason": "NodeLost"}, "disrupted", "disrupted"),
     ("deleted-before-it-ran", {"deleting": T0}, "disrupted", "disrupted"),
 ]
