@@ -147,7 +147,9 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     for thread in threads:
         thread.start()
     try:
-        apply_job(cluster, namespace, proofjob("truth", circuitLog2=12))
+        # 2^18 rows: each partition proves for a second or so, so the 0.2 s samples see its
+        # worker proving (at 2^12 a proof took milliseconds and CI once saw 9 such samples).
+        apply_job(cluster, namespace, proofjob("truth", circuitLog2=18))
         wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
     finally:
         stop.set()
