@@ -532,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} CPUs", flush=True)
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod through "
           f"kuzk_prover.reporter (claim, stages, heartbeats every {args.heartbeat:g} s, "
-          f"release; at most 8 of its API requests in flight) and each partition works "
+          f"release; at most 8 of its WorkerStatus writes in flight) and each partition works "
           f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:

@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -53,6 +53,7 @@ POD_SCRIPT = (
     'exit "${code:-1}"\n'
 )
 FIELDS = 11
+T = TypeVar("T")
 SYNTH_SHARE = 0.4  # of a partition's work; the rest is the "gpu" stage
 
 
@@ -94,16 +95,13 @@ class Stats:
 
 
 class CountingClient(client.ApiClient):
-    """The real client, counting PUTs and the 409 Conflicts among them, with at most
-    ``in_flight`` requests at a time: hundreds of pods' writes at once would only queue in
-    kube-apiserver (429 Too Many Requests) on a machine of two cores."""
+    """The real client, counting PUTs and the 409 Conflicts among them."""
 
     stats: Stats
     in_flight: threading.BoundedSemaphore
 
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        with self.in_flight:
-            response = super().call_api(method, url, *args, **kwargs)  # raises on reading
+        response = super().call_api(method, url, *args, **kwargs)  # raises on reading
         if method == "PUT":
             self.stats.add("put")
             if response.status == 409:
@@ -116,6 +114,17 @@ class Reporter(ProverReporter):
     release (what a write gave up on, WorkerWriteConflict, is counted too)."""
 
     stats: Stats
+
+    def _persist(self, what: str, write: Callable[[], T], **kwargs: Any) -> T:
+        """At most ``in_flight`` writes at a time, each holding its slot from its GET to its
+        last PUT: hundreds of pods' writes at once would only queue in kube-apiserver (429)
+        on two cores. A limit per request would queue a write's PUT behind other writes
+        after its GET, and the node's other provers would overwrite what it read: conflicts
+        that eight provers of a real node, each with its own connection, do not have."""
+        def held() -> T:
+            with self.api.in_flight:
+                return write()
+        return super()._persist(what, held, **kwargs)
 
     def _write(self, what: str, write: Callable[[], bool]) -> None:
         def counted() -> bool:
@@ -247,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=1.0,
                         help="seconds between heartbeats (default 1)")
     parser.add_argument("--in-flight", type=int, default=8,
-                        help="API requests in flight at most (default 8)")
+                        help="WorkerStatus writes in flight at most (default 8)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0),
                         metavar=("MIN", "MAX"), help="seconds a partition works (0.5 2.0)")
     args = parser.parse_args(argv)

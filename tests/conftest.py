@@ -63,7 +63,7 @@ def _cluster_state(cluster: Cluster, namespace: str, logs: Path | None) -> str:
             text = out.stdout + out.stderr
         except subprocess.TimeoutExpired:
             text = "(timed out)"
-        parts.append(f"$ kubectl {' '.join(args)}\n{text[-6000:]}")
+        parts.append(f"$ kubectl {' '.join(args)}\n{text[-4000:]}")
     for log in sorted(logs.glob("*.log")) if logs else []:
         tail = log.read_text(errors="replace").splitlines()[-40:]
         parts.append(f"--- last lines of {log.name}\n" + "\n".join(tail))
