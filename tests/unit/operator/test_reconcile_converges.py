@@ -7,6 +7,7 @@ interleaving, a job must converge with exactly one pod per partition attempt and
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 
@@ -14,7 +15,14 @@ import pytest
 
 from kuzk import api
 from kuzk.actions import CreatePod, Event
-from tests.unit.operator.objects import Cluster, Make, commitment_for, prune_nulls
+from kuzk.reconcile import reconcile
+from tests.unit.operator.objects import (
+    SETTINGS,
+    Cluster,
+    Make,
+    commitment_for,
+    prune_nulls,
+)
 
 STAGES = ("synthesizing", "synth_done", "gpu")
 
@@ -71,7 +79,14 @@ def test_reconcile_is_pure():
     cluster.schedule()
     cluster.start("job-p0-a1", "gpu")
     cluster.finish("job-p1-a1", exit_code=1, message="flaky")
-    assert cluster.decide() == cluster.decide()
+    job, pods = cluster.job, list(cluster.pods.values())
+    workers = [Make.workers(node, *((wid, uid, stage) for uid, (n, wid, stage)
+                                    in cluster.claims.items() if n == node))
+               for node in cluster.nodes]
+    before = copy.deepcopy((job, pods, workers))
+    first = reconcile(job, pods, workers, cluster.now, settings=SETTINGS)
+    assert (job, pods, workers) == before, "reconcile changed its inputs"
+    assert reconcile(job, pods, workers, cluster.now, settings=SETTINGS) == first
 
 
 def test_repeating_a_reconcile_after_applying_it_decides_nothing_new():
