@@ -77,10 +77,12 @@ Action = CreatePod | DeletePod | ReleaseWorker | Event | DeleteJob
 class Decision:
     """The outcome of one reconcile.
 
-    ``status`` is the complete new ProofJob status. Every key of every object in it is present,
-    with None for "unset", so a JSON merge patch clears what a replace would drop (the API
-    server prunes nulls). ``requeue_after`` is how many seconds until the job needs another
-    look even if nothing changes (a deadline, a TTL, a deleting pod's grace period).
+    ``status`` is the complete new ProofJob status. Every key of its objects (the status, its
+    ``resolved`` and ``proof``) is present, with None for "unset", so a JSON merge patch clears
+    what a replace would drop (the API server prunes nulls). List entries (partitions,
+    conditions) leave unset fields out: a merge patch replaces a list whole.
+    ``requeue_after`` is how many seconds until the job needs another look even if nothing
+    changes (a deadline, a TTL, a deleting pod's grace period).
     """
 
     status: dict[str, Any]
