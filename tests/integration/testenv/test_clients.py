@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.testenv.cluster import Cluster
 
-CHART = Path(__file__).parent / "charts" / "tiny"
+CHART = Path(__file__).parents[1] / "charts" / "tiny"
 
 
 def test_kubectl_version_shows_stamped_server_version(cluster: Cluster) -> None:
