@@ -2,9 +2,17 @@
 
 ``Make`` builds ProofJob, Pod and WorkerStatus dicts shaped like the API server's (pods come
 from ``build_pod``, so labels and owners are the real ones). ``Cluster`` applies a Decision the
-way the handler layer does (create if absent, finalizer-aware delete, release then drop the
-finalizer, status replace with nulls pruned) and plays kubelet and prover, so tests feed
-``reconcile`` its own results back.
+way the handler layer does (create if absent, finalizer-aware delete, release then drop
+kuzk's finalizer and only it, status replace with nulls pruned) and plays kubelet and prover,
+so tests feed ``reconcile`` its own results back.
+
+What it does not model, and where that is tested instead: the guarded WorkerStatus write (a
+release here always frees the claim; stale refusals are ``tests/unit/test_worker_decisions.py``
+and ``tests/integration/workers``), resourceVersion conflicts and watch lag (the runtime's
+overlays: ``test_event_filters.py`` and ``tests/integration/operator``), and a kubelet
+stopping a deleted pod (a deleting pod keeps its phase until a test ends it; the clock moves
+only when a test ticks it; ``tests/integration/testenv/test_pod_deletion.py`` has the real
+one).
 """
 
 from __future__ import annotations
@@ -194,8 +202,9 @@ class Cluster:
         pod = self.pods.get(action.pod_name)
         if pod is None or pod["metadata"]["uid"] != action.pod_uid:
             return
-        pod["metadata"]["finalizers"] = []
-        if pod["metadata"].get("deletionTimestamp"):
+        meta = pod["metadata"]
+        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != api.FINALIZER]
+        if meta.get("deletionTimestamp") and not meta["finalizers"]:
             del self.pods[action.pod_name]
 
     # --- kubelet and prover ---------------------------------------------------------------
