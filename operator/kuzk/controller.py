@@ -134,7 +134,7 @@ class Controller:
         created, released = self._apply(written or job, decision, by_name, ws_by_node, early)
         if decision.ttl_expired:
             requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
-        elif decision.status.get("phase") in ("Succeeded", "Failed"):
+        elif decision.status.get("phase") in api.FINISHED_PHASES:
             requeue = decision.requeue_after
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)

@@ -146,12 +146,12 @@ class JobState:
         pods = []
         for pod in cached:
             meta = pod.get("metadata") or {}
-            name = str(meta.get("name", ""))
-            replaced, after = self.released.pop(name, ("", pod))
+            replaced, after = self.released.get(meta.get("name", ""), (None, pod))
             if replaced == meta.get("resourceVersion"):
-                self.released[name] = (replaced, after)
-                pod = after
-            pods.append(pod)
+                pods.append(after)  # the watch has not delivered the patch yet
+            else:
+                self.released.pop(meta.get("name", ""), None)
+                pods.append(pod)
         for name in [n for n in self.released if n not in names]:
             del self.released[name]  # gone from the cache: deleted
         return [*pods, *self.created.values()]

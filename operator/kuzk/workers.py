@@ -250,8 +250,8 @@ def decide_stage(
     holders = _holders(workers, assignment.pod_uid)
     if not holders:
         return _refuse(status, "stage", assignment, now)
+    moment = kapi.format_time(now, millis=True)
     for worker in holders:
-        moment = kapi.format_time(now, millis=True)
         worker.update(stage=stage, since=moment, heartbeat=moment)
     return WriteDecision(_new_status(status, workers, now), True)
 
