@@ -144,16 +144,19 @@ class Cluster:
     _uids: itertools.count[int] = field(default_factory=itertools.count)
 
     # --- the API server and the handler layer -------------------------------------------
-    def decide(self) -> Decision:
+    def inputs(self) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+        """What a sync hands ``reconcile``: the job, its pods and the WorkerStatuses."""
         workers = [
             Make.workers(
                 node, *((wid, uid, st) for uid, (n, wid, st) in self.claims.items() if n == node)
             )
             for node in self.nodes
         ]
-        return reconcile(
-            copy.deepcopy(self.job), list(self.pods.values()), workers, self.now, settings=SETTINGS
-        )
+        return self.job, list(self.pods.values()), workers
+
+    def decide(self) -> Decision:
+        job, pods, workers = self.inputs()
+        return reconcile(copy.deepcopy(job), pods, workers, self.now, settings=SETTINGS)
 
     def reconcile(self) -> Decision:
         decision = self.decide()

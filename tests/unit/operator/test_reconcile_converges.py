@@ -79,10 +79,7 @@ def test_reconcile_is_pure():
     cluster.schedule()
     cluster.start("job-p0-a1", "gpu")
     cluster.finish("job-p1-a1", exit_code=1, message="flaky")
-    job, pods = cluster.job, list(cluster.pods.values())
-    workers = [Make.workers(node, *((wid, uid, stage) for uid, (n, wid, stage)
-                                    in cluster.claims.items() if n == node))
-               for node in cluster.nodes]
+    job, pods, workers = cluster.inputs()
     before = copy.deepcopy((job, pods, workers))
     first = reconcile(job, pods, workers, cluster.now, settings=SETTINGS)
     assert (job, pods, workers) == before, "reconcile changed its inputs"
