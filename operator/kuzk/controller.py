@@ -104,6 +104,7 @@ class Controller:
     ) -> Synced:
         """Reconcile one ProofJob once from the given (cached) objects."""
         moment = now or datetime.now(UTC)
+        pods = [*pods, *self._unseen_pods(job, pods)]
         written: Body | None = None
         early: dict[str, Future[Body | None]] = {}
         for _ in range(CONFLICT_TRIES):
@@ -139,6 +140,19 @@ class Controller:
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
         return Synced(requeue, written, created, released)
+
+    def _unseen_pods(self, job: Body, pods: list[Body]) -> list[Body]:
+        """The pods the job's status shows running that the cache does not hold, read from
+        the API server. A cache can lag it (a replica that has just resumed lists every
+        resource again, the pods perhaps after the jobs), and reconcile would take a running
+        pod missing from it for one that disappeared and start its partition again. One GET
+        per such pod; none in steady state, when the cache holds every pod it should."""
+        names = {(p.get("metadata") or {}).get("name") for p in pods}
+        unseen = [entry["pod"] for entry in (job.get("status") or {}).get("partitions") or []
+                  if entry.get("state") in api.STARTED_STATES and entry.get("pod")
+                  and entry["pod"] not in names]
+        ns = job["metadata"]["namespace"]
+        return [pod for name in unseen if (pod := self._read_pod(ns, name)) is not None]
 
     def _read_job(self, job: Body) -> Body:
         """The 409 path: the cached job was stale; read that one object again."""

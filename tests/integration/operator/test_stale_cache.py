@@ -1,0 +1,46 @@
+"""A sync whose cache lacks a running partition's pod (a replica that has just resumed lists
+the jobs again before the pods) reads that pod from the API server instead of taking it for
+one that disappeared and starting the partition again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kuzk import api
+from kuzk.controller import Controller
+from kuzk.pods import PodSettings, build_pod
+from tests.integration.operator.conftest import apply_job, get_job, proofjob
+from tests.testenv.cluster import Cluster
+
+pytestmark = pytest.mark.cluster
+SETTINGS = PodSettings(image="kuzk-standin:test")
+
+
+def test_a_running_pod_missing_from_the_cache_is_read_not_retried(
+        prover_account: Cluster, namespace: str) -> None:
+    cluster = prover_account
+    apply_job(cluster, namespace, proofjob("stale", partitions=1))
+    job = get_job(cluster, namespace, "stale")
+    assert job is not None
+    pod = build_pod(job, 0, 1, SETTINGS)
+    pod["spec"]["nodeName"] = "nowhere"  # bound, never started: a pod the status shows running
+    cluster.core.create_namespaced_pod(namespace, pod)
+    status = {"phase": "Running", "partitions": [
+        {"index": 0, "state": "scheduled", "attempt": 1, "pod": pod["metadata"]["name"],
+         "node": "nowhere"}]}
+    custom = client.CustomObjectsApi(cluster.api)
+    job = custom.patch_namespaced_custom_object_status(
+        api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, "stale", {"status": status})
+    events: list[Any] = []
+    controller = Controller(cluster.api, SETTINGS, lambda _job, event: events.append(event))
+
+    synced = controller.sync(job, [], [])  # the cache holds no pod of the job
+
+    written = synced.job or job
+    part = written["status"]["partitions"][0]
+    assert (part["attempt"], part["state"]) == (1, "scheduled"), part
+    assert not synced.created
+    assert [e.reason for e in events if e.reason == "PartitionRetried"] == []
