@@ -1,11 +1,34 @@
-# The kuzk control-plane image: the operator (`kuzk operator`) and the status server
-# (`kuzk status-server`). No CUDA: it never touches a GPU. Build from the repository root:
+# kuzk's two images, from one build of the project into a venv. Build from the repository root:
+#
 #   docker build -t kuzk .
-# BASE_IMAGE is any Debian-like image with python3 (3.11 or later) and its venv module; the
-# test bed builds this same file on a Debian base of its own (tests/testenv/images).
+#       the control-plane image (the default, last target): the operator (`kuzk operator`), the
+#       status server (`kuzk status-server`) and the uninstall hook; no CUDA, it never touches
+#       a GPU
+#   docker build --target prover -t kuzk-prover \
+#       --build-arg BASE_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04 --build-arg EXTRAS=gpu .
+#       the partition prover (`kuzk-prover`) on a CUDA runtime with CuPy; without those two
+#       arguments, a CPU-only prover (NumPy) on the default base
+#
+# BASE_IMAGE is any Debian or Ubuntu image (python3 3.11 or later and its venv module are
+# installed when missing); EXTRAS names the project's extras to install (`gpu`: CuPy). The test
+# bed builds both targets on a Debian base of its own, without extras (tests/testenv/images).
+# CuPy compiles the kernels on first use and keeps them under CUPY_CACHE_DIR; mount a writable
+# volume (an emptyDir) at /var/cache/kuzk when the root filesystem is read-only.
 ARG BASE_IMAGE=python:3.12-slim
 
-FROM ${BASE_IMAGE} AS build
+FROM ${BASE_IMAGE} AS base
+ENV DEBIAN_FRONTEND=noninteractive
+# The distribution's python3 follows the release; pinning its exact build would break every
+# rebuild.
+# hadolint ignore=DL3008
+RUN if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+
+FROM base AS build
+ARG EXTRAS=
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/kuzk
 ENV PATH=/opt/kuzk/bin:$PATH
@@ -13,11 +36,23 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 COPY prover_image/kuzk_prover ./prover_image/kuzk_prover
-RUN pip install --no-cache-dir .
+# The project itself from the build context, with its extras if any (`.[gpu]`, or `.`); the
+# bounds of its dependencies live in pyproject.toml, as for CI's install.
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir ".${EXTRAS:+[${EXTRAS}]}"
 
-FROM ${BASE_IMAGE}
+FROM base AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/kuzk/bin:$PATH
 COPY --from=build /opt/kuzk /opt/kuzk
 RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin kuzk
+
+FROM runtime AS prover
+ENV CUPY_CACHE_DIR=/var/cache/kuzk/cupy
+RUN mkdir -p /var/cache/kuzk/cupy && chown -R 10001:10001 /var/cache/kuzk
+VOLUME /var/cache/kuzk
+USER 10001:10001
+ENTRYPOINT ["kuzk-prover"]
+
+FROM runtime AS operator
 USER 10001:10001
 ENTRYPOINT ["kuzk"]

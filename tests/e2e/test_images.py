@@ -1,4 +1,4 @@
-"""The images, built and run for real: both Dockerfiles built with podman on the test bed's
+"""The images, built and run for real: both Dockerfile targets built with podman on the test bed's
 Debian base (cached by their inputs), and the chart installed with them and no command
 overrides into a namespace that enforces the restricted Pod Security level: the operator and
 the partition pods run as containers, as uid 10001 with read-only root filesystems, reading

