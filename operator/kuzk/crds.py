@@ -1,4 +1,5 @@
-"""The ProofJob and WorkerStatus CustomResourceDefinitions, as Python data.
+"""The ProofJob and WorkerStatus CustomResourceDefinitions, and Kopf's peering CRDs (so that
+operator replicas can elect one actor), as Python data.
 
 This module is the single source of truth: the chart's ``crds/`` files are written from it
 (``python -m kuzk.crds --write charts/kuzk/crds``) and a unit test fails when they drift. The
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kuzk import api, install
+from kuzk import api
 from kuzk.api import PHASES, STATES, WORKER_STAGES
 from kuzk.crd_schema import (
     arr,
@@ -468,9 +469,61 @@ def workerstatus_crd() -> dict[str, Any]:
     )
 
 
+_PEER = {
+    "type": "object",
+    "description": "One live operator replica.",
+    "properties": {
+        "priority": {"type": "integer", "description": "The replica's peering priority."},
+        "lifetime": {"type": "integer", "description": "Seconds its record stays valid."},
+        "lastseen": {"type": "string", "description": "When it last renewed its record."},
+    },
+}
+
+
+def _peering_crd(kind: str, plural: str, scope: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kopf.dev"},
+        "spec": {
+            "group": "kopf.dev",
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "Kopf peering: the live operator replicas and "
+                            "their priorities; the highest acts, the others wait.",
+                            "properties": {
+                                "status": {
+                                    "type": "object",
+                                    "description": "Peers by identity, written by Kopf.",
+                                    "additionalProperties": _PEER,
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def peering_crds() -> list[dict[str, Any]]:
+    return [
+        _peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster"),
+        _peering_crd("KopfPeering", "kopfpeerings", "Namespaced"),
+    ]
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD the operator needs: kuzk's own and Kopf's peering CRDs."""
-    return [proofjob_crd(), workerstatus_crd(), *install.peering_crds()]
+    return [proofjob_crd(), workerstatus_crd(), *peering_crds()]
 
 
 def file_name(crd: dict[str, Any]) -> str:

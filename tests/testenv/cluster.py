@@ -10,11 +10,12 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import client, config
 
-from kuzk import crds, install
+from kuzk import crds
 from tests.testenv import binaries
 from tests.testenv.controlplane import ControlPlane
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet
@@ -66,14 +67,28 @@ class Cluster:
             kubelet.stop()
 
 
-PROVER_RBAC = Path(__file__).resolve().parents[2] / "charts" / "kuzk" / "files" / "prover-rbac.yaml"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "kuzk"
+PROVER_RBAC = CHART / "files" / "prover-rbac.yaml"
+
+
+def priority_classes(kube_version: str) -> list[dict[str, Any]]:
+    """The chart's PriorityClasses, rendered by helm with the chart's default values."""
+    out = subprocess.run(
+        [str(binaries.find("helm")), "template", "kuzk", str(CHART), "--kube-version",
+         kube_version, "--show-only", "templates/priorityclasses.yaml"],
+        capture_output=True, text=True, timeout=60, check=False)
+    if out.returncode != 0:
+        msg = f"helm template failed:\n{out.stderr}"
+        raise RuntimeError(msg)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def install_kuzk(cluster: Cluster) -> None:
     """What the chart installs cluster-wide, from the same sources: every CRD (kuzk's and
     Kopf's peering), the PriorityClasses and the prover's ClusterRole; waits until the CRDs
     are Established. Idempotent (server-side apply)."""
-    objects = [*crds.all_crds(), *install.priority_classes(),
+    version = client.VersionApi(cluster.api).get_code().git_version
+    objects = [*crds.all_crds(), *priority_classes(version),
                yaml.safe_load(PROVER_RBAC.read_text())]
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
     for crd in crds.all_crds():

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kuzk import install
+from kuzk import api
 from tests.testenv import binaries
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "kuzk"
@@ -144,12 +144,18 @@ def test_two_releases_share_no_cluster_scoped_name() -> None:
     assert not names["one"] & names["two"]
 
 
-def test_priority_classes_match_the_proof_kinds() -> None:
+def test_priority_classes_rank_the_proof_kinds_by_deadline() -> None:
+    """Every proof kind's default class is rendered, and a kind with a shorter deadline
+    preempts one with a longer (or none): a WinningPoSt beats a WindowPoSt beats the rest."""
     rendered = {d["metadata"]["name"]: d for d in render() if d["kind"] == "PriorityClass"}
-    for pc in install.priority_classes():
-        got = rendered[pc["metadata"]["name"]]
-        assert got["value"] == pc["value"]
-        assert got["preemptionPolicy"] == pc["preemptionPolicy"]
+    assert set(rendered) == {d.priority_class_name for d in api.PROOF_KINDS.values()}
+    assert {d["preemptionPolicy"] for d in rendered.values()} == {"PreemptLowerPriority"}
+    for a in api.PROOF_KINDS.values():
+        for b in api.PROOF_KINDS.values():
+            if (a.active_deadline_seconds or float("inf")) < (b.active_deadline_seconds
+                                                               or float("inf")):
+                value_a = rendered[a.priority_class_name]["value"]
+                assert value_a > rendered[b.priority_class_name]["value"]
     assert not [d for d in render("priorityClasses.create=false") if d["kind"] == "PriorityClass"]
 
 
