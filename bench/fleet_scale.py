@@ -64,6 +64,7 @@ if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in t
 
 from fleet_kubelets import node_names  # noqa: E402
 from fleet_standin import pod_command, stats_of  # noqa: E402
+from follow import Follow  # noqa: E402
 from twins import COMPLETION_INDEX, JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
@@ -81,77 +82,6 @@ KUZK, JOB = "kuzk", "job"
 GOALS = {"requests_per_attempt": 8.0, "lists_per_sync": 0.0, "lag_p99_s": 2.0,
          "completion_ratio": 1.0, "rss_mb": 400.0}
 Obj = dict[str, Any]
-
-
-# --- watching ------------------------------------------------------------------------------
-class Follow(threading.Thread):
-    """A list and a watch of one collection, read raw in a thread, that goes on watching from
-    the last resourceVersion when a watch ends and lists again after 410 Gone (objects listed
-    then are delivered as ADDED). ``on_event(type, object, arrival)`` sees each event;
-    arrival is ``time.monotonic()`` when its bytes came in. ``restarts`` counts the relists
-    after the first: events missed meanwhile arrive late."""
-
-    def __init__(self, what: str, request: Callable[..., Any],
-                 on_event: Callable[[str, Obj, float], None]) -> None:
-        super().__init__(name=f"follow {what}", daemon=True)
-        self.what, self.request, self.on_event = what, request, on_event
-        self.ready = threading.Event()
-        self.error: BaseException | None = None
-        self.relists = 0
-        self._closed = False
-        self._response: Any = None
-
-    def run(self) -> None:
-        rv: str | None = None
-        try:
-            while not self._closed:
-                if rv is None:
-                    listing = json.loads(self.request(_preload_content=False).data)
-                    rv = str(listing["metadata"]["resourceVersion"])
-                    if self.ready.is_set():
-                        self.relists += 1
-                    arrival = time.monotonic()
-                    for item in listing.get("items") or []:
-                        self.on_event("ADDED", item, arrival)
-                rv = self._watch(rv)
-        except Exception as e:  # reported to the waiting thread, which raises it
-            if not self._closed:
-                self.error = e
-        finally:
-            self.ready.set()
-
-    def _watch(self, rv: str) -> str | None:
-        """One watch request from ``rv``; the last resourceVersion seen (None: list again)."""
-        self._response = self.request(
-            watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=300,
-            _preload_content=False, _request_timeout=(10, 330))
-        self.ready.set()
-        pending = b""
-        for chunk in self._response.stream(amt=None, decode_content=False):
-            arrival = time.monotonic()
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event["type"] == "ERROR":
-                    if event["object"].get("code") == 410:
-                        return None
-                    msg = f"watch {self.what} failed: {event['object']}"
-                    raise RuntimeError(msg)
-                rv = str(event["object"]["metadata"]["resourceVersion"])
-                if event["type"] != "BOOKMARK":
-                    self.on_event(event["type"], event["object"], arrival)
-        return rv
-
-    def close(self) -> None:
-        self._closed = True
-        if self._response is not None:
-            with contextlib.suppress(Exception):
-                self._response.shutdown()
-            with contextlib.suppress(Exception):
-                self._response.release_conn()
 
 
 # --- one phase: N jobs of one system, watched from the create calls to the last finish -------

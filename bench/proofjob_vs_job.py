@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
+from follow import Follow  # noqa: E402
 from twins import JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
@@ -72,74 +73,12 @@ IMAGE = "kuzk-standin:bench"
 SERVICE_ACCOUNT = "kuzk-prover"  # the operator's default for partition pods
 NODES, GPUS_PER_NODE = 4, 16
 KUZK, JOB = "kuzk", "job"
-WATCH_SECONDS = 900
 ALL_PODS_TIMEOUT = 30.0  # after completion: the pod watch may lag the job watch a little
 COMPLETE_TIMEOUT = 150.0
 Obj = dict[str, Any]
 
 
 # --- watching ------------------------------------------------------------------------------
-class Stream(threading.Thread):
-    """One watch request read in a thread; ``on_event(type, object, arrival)`` sees each event.
-
-    ``ready`` is set once the API server has answered the request: the watch is registered
-    then, so nothing after the listed resourceVersion is missed or seen late. Arrival times
-    are ``time.monotonic()`` when the bytes came in, before any parsing.
-    """
-
-    def __init__(self, what: str, request: Callable[..., Any],
-                 on_event: Callable[[str, Obj, float], None], **kwargs: Any) -> None:
-        super().__init__(name=f"watch {what}", daemon=True)
-        self.what = what
-        self.request = request
-        self.kwargs = kwargs
-        self.on_event = on_event
-        self.ready = threading.Event()
-        self.error: BaseException | None = None
-        self._closed = False
-        self._response: Any = None
-
-    def run(self) -> None:
-        try:
-            self._response = self.request(
-                watch=True, timeout_seconds=WATCH_SECONDS, _preload_content=False,
-                _request_timeout=(10, WATCH_SECONDS + 30), **self.kwargs)
-            self.ready.set()
-            pending = b""
-            for chunk in self._response.stream(amt=None, decode_content=False):
-                arrival = time.monotonic()
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        msg = f"watch {self.what} failed: {event['object']}"
-                        raise RuntimeError(msg)
-                    self.on_event(event["type"], event["object"], arrival)
-        except Exception as e:  # reported to the waiting thread, which raises it
-            if not self._closed:
-                self.error = e
-        finally:
-            self.ready.set()
-
-    def close(self) -> None:
-        self._closed = True
-        if self._response is not None:
-            with contextlib.suppress(Exception):
-                self._response.shutdown()
-            with contextlib.suppress(Exception):
-                self._response.release_conn()
-
-
-def _resource_version(listing: Any) -> str:
-    """The resourceVersion of a list, as a model (core, batch) or a dict (custom objects)."""
-    if isinstance(listing, dict):
-        return str(listing["metadata"]["resourceVersion"])
-    return str(listing.metadata.resource_version)
-
-
 def wait_for_object(api_client: client.ApiClient, list_fn: Callable[..., Any],
                     done: Callable[[Obj | None], bool], timeout: float, what: str,
                     **kwargs: Any) -> None:
@@ -247,7 +186,7 @@ class Bench:
         progress = Progress(partitions)
         create: Callable[[], object]
         if system == KUZK:
-            pod_selector = api.job_selector(name)
+            pod_selector = f"{api.LABEL_JOB}={api.job_label_value(name)}"
             list_jobs: Callable[..., Any] = partial(
                 self.custom.list_namespaced_custom_object,
                 api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL)
@@ -265,11 +204,10 @@ class Bench:
         list_pods = partial(self.core.list_namespaced_pod, namespace)
         by_name = f"metadata.name={name}"
         streams = [
-            Stream(f"pods in {namespace}", list_pods, progress.on_pod,
-                   label_selector=pod_selector,
-                   resource_version=_resource_version(list_pods(label_selector=pod_selector))),
-            Stream(f"{system} {namespace}/{name}", list_jobs, on_job, field_selector=by_name,
-                   resource_version=_resource_version(list_jobs(field_selector=by_name))),
+            Follow(f"pods in {namespace}", partial(list_pods, label_selector=pod_selector),
+                   progress.on_pod),
+            Follow(f"{system} {namespace}/{name}", partial(list_jobs, field_selector=by_name),
+                   on_job),
         ]
         try:
             for stream in streams:
@@ -323,7 +261,7 @@ class Bench:
         return [self.cluster.api.sanitize_for_serialization(i) for i in items]
 
     def _wait(self, event: threading.Event, timeout: float, what: str,
-              streams: list[Stream]) -> None:
+              streams: list[Follow]) -> None:
         """Wait for ``event``; fail early if a watch breaks or the operator exits."""
         deadline = time.monotonic() + timeout
         while not event.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
