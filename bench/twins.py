@@ -2,7 +2,7 @@
 
 Why: a benchmark comparing kuzk's operator with the Job controller is only fair if both run
 identical pods. The twin's pod template comes from kuzk's own pod builder
-(``kuzk.pods.build_pod``): same command, image, env, GPU limit, ServiceAccount and
+(``kuzk.pods.pod_manifest``): same command, image, env, GPU limit, ServiceAccount and
 PriorityClass; only what a Job cannot know before it exists is taken from the Job's pods
 instead: ``KUZK_PARTITION`` from the completion index and ``KUZK_JOB_UID`` from the Job
 controller's ``controller-uid`` label. The labels naming a job, partition and attempt, the
@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kuzk import api
-from kuzk.pods import PodSettings, build_pod
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 CONTROLLER_UID = "metadata.labels['batch.kubernetes.io/controller-uid']"
@@ -44,7 +45,7 @@ def indexed_job(proof_job: Mapping[str, Any], namespace: str,
     as_stored["metadata"] = {**as_stored["metadata"], "namespace": namespace,
                              "uid": "set-from-the-job"}
     spec = api.resolve(as_stored)
-    pod = build_pod(as_stored, 0, 1, settings)
+    pod = pod_manifest(resolve(as_stored), 0, 1, settings)
     pod_spec = copy.deepcopy(pod["spec"])
     for container in pod_spec["containers"]:
         container["env"] = [

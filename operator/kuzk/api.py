@@ -223,11 +223,6 @@ def job_label_value(job_name: str) -> str:
     return _hashed(job_name, DNS_LABEL_MAX)
 
 
-def job_selector(job_name: str) -> str:
-    """The label selector that finds a job's pods."""
-    return f"{LABEL_JOB}={job_label_value(job_name)}"
-
-
 def format_time(moment: datetime, *, millis: bool = False) -> str:
     """An RFC 3339 UTC timestamp with a ``Z``: at the second precision of metav1.Time, or
     with ``millis`` at millisecond precision (WorkerStatus times, where busy stages show

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +43,6 @@ class PodSettings:
     # A node directory that keeps CuPy's compiled kernels for every prover pod of the node;
     # None keeps them in an emptyDir, for the pod's life only.
     kernel_cache_host_path: str | None = None
-
-
-def build_pod(
-    job: Mapping[str, Any], partition: int, attempt: int, settings: PodSettings
-) -> dict[str, Any]:
-    """The manifest of one partition attempt's pod for a ProofJob object."""
-    return pod_manifest(api.resolve(job), partition, attempt, settings)
 
 
 def pod_manifest(

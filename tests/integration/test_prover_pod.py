@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from kuzk.pods import PodSettings, build_pod
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 from kuzk_prover import inputs as prover_inputs
 from kuzk_prover.verify import verify
 from tests.integration.helpers import wait_phase
@@ -21,7 +22,7 @@ def test_prover_pod_succeeds_with_a_verifiable_commitment(cluster: Cluster, name
         "spec": {"proofKind": "snap-update", "circuitLog2": 12,
                  "sector": {"miner": 1234, "number": 5678}},
     }
-    manifest = build_pod(job, 3, 1, PodSettings(image="kuzk-prover:test"))
+    manifest = pod_manifest(resolve(job), 3, 1, PodSettings(image="kuzk-prover:test"))
     # Standalone: no owner (the garbage collector would remove an orphan), no finalizer, no
     # PriorityClass, the namespace's default ServiceAccount.
     manifest["metadata"].pop("ownerReferences")

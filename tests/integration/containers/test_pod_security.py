@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from kuzk.pods import PodSettings, build_pod
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 from tests.integration.operator.conftest import proofjob
 from tests.testenv.cluster import Cluster
 
@@ -32,7 +33,7 @@ def restricted(cluster: Cluster, namespace: str) -> str:
 def _partition_pod(namespace: str, **prover: Any) -> dict[str, Any]:
     job = proofjob("psa", "snap-update", partitions=2, prover=prover)
     job["metadata"].update(namespace=namespace, uid="00000000-0000-0000-0000-000000000001")
-    pod = build_pod(job, 0, 1, SETTINGS)
+    pod = pod_manifest(resolve(job), 0, 1, SETTINGS)
     pod["spec"].pop("priorityClassName")  # admission of the class is not what is tested here
     return pod
 

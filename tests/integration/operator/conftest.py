@@ -252,4 +252,4 @@ def condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 
 def job_pods(cluster: Cluster, namespace: str, name: str) -> list[client.V1Pod]:
     return list(cluster.core.list_namespaced_pod(
-        namespace, label_selector=api.job_selector(name)).items)
+        namespace, label_selector=f"{api.LABEL_JOB}={api.job_label_value(name)}").items)

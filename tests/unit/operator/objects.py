@@ -1,7 +1,7 @@
 """Test doubles for the operator's pure logic: object factories and a tiny in-memory cluster.
 
 ``Make`` builds ProofJob, Pod and WorkerStatus dicts shaped like the API server's (pods come
-from ``build_pod``, so labels and owners are the real ones). ``Cluster`` applies a Decision the
+from ``pod_manifest``, so labels and owners are the real ones). ``Cluster`` applies a Decision the
 way the handler layer does (create if absent, finalizer-aware delete, release then drop
 kuzk's finalizer and only it, status replace with nulls pruned) and plays kubelet and prover,
 so tests feed ``reconcile`` its own results back.
@@ -26,7 +26,8 @@ from typing import Any
 
 from kuzk import api
 from kuzk.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
-from kuzk.pods import PodSettings, build_pod
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 from kuzk.reconcile import reconcile
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -70,7 +71,7 @@ class Make:
         started: datetime | None = None,
         finished: datetime | None = None,
     ) -> dict[str, Any]:
-        pod = build_pod(job, partition, attempt, SETTINGS)
+        pod = pod_manifest(resolve(job), partition, attempt, SETTINGS)
         meta = pod["metadata"]
         meta["uid"] = f"uid-{meta['name']}"
         if not finalizer:

@@ -7,14 +7,15 @@ from __future__ import annotations
 import pytest
 
 from kuzk import api
-from kuzk.pods import PodSettings, build_pod
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")
 
 
 def test_restricted_security_context():
-    spec = build_pod(Make.job(), 0, 1, SETTINGS)["spec"]
+    spec = pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)["spec"]
     container = spec["containers"][0]
     assert spec["securityContext"] == {
         "runAsNonRoot": True,
@@ -28,10 +29,10 @@ def test_restricted_security_context():
 
 
 def test_each_pod_gets_its_own_copy_of_the_security_context():
-    first = build_pod(Make.job(), 0, 1, SETTINGS)
+    first = pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)
     first["spec"]["securityContext"]["runAsUser"] = 0
     first["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"].clear()
-    second = build_pod(Make.job(), 1, 1, SETTINGS)
+    second = pod_manifest(resolve(Make.job()), 1, 1, SETTINGS)
     assert "runAsUser" not in second["spec"]["securityContext"]
     assert second["spec"]["containers"][0]["securityContext"]["capabilities"] == {
         "drop": ["ALL"]
@@ -48,7 +49,7 @@ def _cache(pod):
 
 
 def test_kernel_cache_is_an_empty_dir_by_default():
-    assert _cache(build_pod(Make.job(), 0, 1, SETTINGS)) == {"emptyDir": {}}
+    assert _cache(pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)) == {"emptyDir": {}}
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_kernel_cache_is_an_empty_dir_by_default():
 def test_kernel_cache_on_the_node(operator_path, job_path, expected):
     settings = PodSettings(image="kuzk/prover:1", kernel_cache_host_path=operator_path)
     prover = {"kernelCacheHostPath": job_path} if job_path else {}
-    pod = build_pod(Make.job(prover=prover), 0, 1, settings)
+    pod = pod_manifest(resolve(Make.job(prover=prover)), 0, 1, settings)
     assert _cache(pod) == {"hostPath": {"path": expected, "type": "DirectoryOrCreate"}}
 
 

@@ -1,4 +1,4 @@
-"""kuzk.pods.build_pod: the partition pod contract of DESIGN.md section 3."""
+"""kuzk.pods.pod_manifest: the partition pod contract of DESIGN.md section 3."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import pytest
 
 from kuzk import api
-from kuzk.pods import PodSettings, build_pod
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")
@@ -18,7 +19,7 @@ def env_of(pod):
 
 
 def test_identity_labels_and_owner():
-    pod = build_pod(Make.job("porep-c2", name="pj-1"), 3, 2, SETTINGS)
+    pod = pod_manifest(resolve(Make.job("porep-c2", name="pj-1")), 3, 2, SETTINGS)
     meta = pod["metadata"]
     assert (pod["apiVersion"], pod["kind"]) == ("v1", "Pod")
     assert (meta["name"], meta["namespace"]) == ("pj-1-p3-a2", "ns")
@@ -44,7 +45,7 @@ def test_identity_labels_and_owner():
 
 
 def test_container_contract():
-    pod = build_pod(Make.job(), 0, 1, SETTINGS)
+    pod = pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)
     spec = pod["spec"]
     container = spec["containers"][0]
     assert spec["restartPolicy"] == "Never"
@@ -61,7 +62,7 @@ def test_container_contract():
 
 def test_env_and_downward_api():
     job = Make.job("snap-update", name="snap", circuitLog2=12, partitions=4)
-    env = env_of(build_pod(job, 2, 3, SETTINGS))
+    env = env_of(pod_manifest(resolve(job), 2, 3, SETTINGS))
     plain = {name: item.get("value") for name, item in env.items() if "value" in item}
     assert plain == {
         "KUZK_JOB": "snap",
@@ -97,7 +98,8 @@ def test_env_and_downward_api():
     ids=["winning-post", "window-post", "porep-c2"],
 )
 def test_priority_class_by_kind(kind, priority):
-    assert build_pod(Make.job(kind), 0, 1, SETTINGS)["spec"]["priorityClassName"] == priority
+    pod = pod_manifest(resolve(Make.job(kind)), 0, 1, SETTINGS)
+    assert pod["spec"]["priorityClassName"] == priority
 
 
 def test_prover_overrides():
@@ -117,7 +119,7 @@ def test_prover_overrides():
         gpu_resource="amd.com/gpu",
         service_account_name="sa",
     )
-    pod = build_pod(job, 0, 1, settings)
+    pod = pod_manifest(resolve(job), 0, 1, settings)
     spec, container = pod["spec"], pod["spec"]["containers"][0]
     assert container["image"] == "other:2"
     assert container["command"] == ["python", "-m", "stand_in"]
@@ -132,7 +134,7 @@ def test_prover_overrides():
 
 
 def test_long_job_names_stay_valid():
-    pod = build_pod(Make.job(name="n" * 100), 15, 4, SETTINGS)
+    pod = pod_manifest(resolve(Make.job(name="n" * 100)), 15, 4, SETTINGS)
     assert len(pod["metadata"]["name"]) <= 63
     assert len(pod["metadata"]["labels"]["kuzk.io/job"]) <= 63
     assert pod["metadata"]["ownerReferences"][0]["name"] == "n" * 100
@@ -145,4 +147,4 @@ def test_long_job_names_stay_valid():
 )
 def test_rejects_impossible_partitions(partition, attempt, match):
     with pytest.raises(ValueError, match=match):
-        build_pod(Make.job(), partition, attempt, SETTINGS)
+        pod_manifest(resolve(Make.job()), partition, attempt, SETTINGS)
