@@ -14,7 +14,8 @@ each partition works 0.5-2 s instead of proving. ``--jobs`` ProofJobs of the fou
 turn (winning-post, snap-update, window-post, porep-c2; partitions by kind) are created at
 once; when all have finished, their namespace is deleted, the operator is stopped, and the
 same number of Indexed Jobs (twins from ``bench/twins.py``: pods from kuzk's own pod builder)
-run the same way.
+run the same way. ``--job-first`` runs the Jobs first, then starts the operator again (a
+fresh process) for the ProofJobs: the order's own effect on the ratio shows by comparing.
 
 Reported per system: partitions/s from the first create to the last job finished, and the
 ratio; the p50/p99 lag from a partition pod's Succeeded (as a watch sees it) to its job's
@@ -356,7 +357,8 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 
 def report(result: Obj) -> None:
     k, j, op = result["kuzk"], result["job"], result["operator"]
-    print("\nend to end (from the first create call to the last job finished)")
+    print(f"\nend to end (from the first create call to the last job finished; "
+          f"{' first, then '.join(result['order'])})")
     print(f"{'system':<6} {'jobs':>5} {'partitions':>10} {'attempts':>8} {'seconds':>8} "
           f"{'partitions/s':>12} {'lag p50 s':>9} {'lag p99 s':>9}")
     for s in (k, j):
@@ -435,6 +437,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="stand-in heartbeat interval in seconds (default 1)")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds each phase may take (default 1800)")
+    parser.add_argument("--job-first", action="store_true",
+                        help="run the Jobs before the ProofJobs (default: ProofJobs first)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
@@ -513,60 +517,98 @@ def main(argv: list[str] | None = None) -> int:
         port = int(first[1])
         command = pod_command(port)
 
-        operator_log = logs / "operator.log"
         syncs_file = Path(tmp) / "syncs"
         op_env = {**cluster.env(), "KUBECONFIG": str(operator_kc),
                   "KUZK_BENCH_SYNCS": str(syncs_file)}
-        operator = stack.enter_context(process(
-            [sys.executable, str(ROOT / "bench" / "counted_operator.py"), "operator",
-             "--standalone", "--namespace",
-             KUZK_NS, "--prover-command", json.dumps(command), "--prover-image", IMAGE],
-            op_env, operator_log))
         custom = client.CustomObjectsApi(cluster.api)
-        wait_for(lambda: worker_statuses(custom) >= args.nodes or operator.poll() is not None,
-                 120, f"{args.nodes} WorkerStatuses created by the operator", 0.5)
-        if operator.poll() is not None:
-            msg = f"the operator exited {operator.returncode}; see {operator_log}"
-            raise RuntimeError(msg)
+        starts = 0
+
+        def start_operator() -> tuple[subprocess.Popen[bytes], Path]:
+            """The operator, once it watches everything it reconciles from (its first lists
+            fall before the phase it serves, as the Job controller's did)."""
+            nonlocal starts
+            starts += 1
+            log = logs / f"operator-{starts}.log"
+            audit_from = plane.audit_log.stat().st_size
+            op = stack.enter_context(process(
+                [sys.executable, str(ROOT / "bench" / "counted_operator.py"), "operator",
+                 "--standalone", "--namespace", KUZK_NS, "--prover-command",
+                 json.dumps(command), "--prover-image", IMAGE],
+                op_env, log))
+
+            def watching() -> bool:
+                calls = Requests.read(plane.audit_log, audit_from,
+                                      plane.audit_log.stat().st_size).by_call
+                return op.poll() is not None or all(
+                    calls[f"watch {r}"] for r in ("proofjobs", "pods", "workerstatuses", "nodes"))
+
+            wait_for(watching, 120, "the operator's watches", 0.5)
+            wait_for(lambda: worker_statuses(custom) >= args.nodes or op.poll() is not None,
+                     120, f"{args.nodes} WorkerStatuses created by the operator", 0.5)
+            if op.poll() is not None:
+                msg = f"the operator exited {op.returncode}; see {log}"
+                raise RuntimeError(msg)
+            return op, log
+
+        # The WorkerStatuses the stand-in writes are the operator's to create.
+        operator: subprocess.Popen[bytes] | None
+        operator, operator_log = start_operator()
         print(f"control plane, {args.nodes} nodes, stand-in and operator up in "
               f"{time.monotonic() - started:.0f}s", flush=True)
 
         settings = PodSettings(image=IMAGE, command=tuple(command))
-        load: dict[str, float] = {}
-        try:
-            audit_start = plane.audit_log.stat().st_size
-            cpu_start = cpu_seconds(operator.pid)
-            syncs_start = read_syncs(syncs_file)
-            standin_start = stats_of(port)
-            load["kuzk_before"] = os.getloadavg()[0]
-            kuzk_phase = run_phase(cluster, KUZK, KUZK_NS, manifests, partitions, args.timeout)
-            not_ready = check_nodes(cluster, nodes, "ProofJobs")
-            load["kuzk_after"] = os.getloadavg()[0]
-            cpu = cpu_seconds(operator.pid) - cpu_start
-            rss = peak_rss_mb(operator.pid)
-            requests = Requests.read(plane.audit_log, audit_start, plane.audit_log.stat().st_size)
-            standin_kuzk = stats_of(port)
-            wait_for(lambda: read_syncs(syncs_file) is not None, 10, "the sync count", 0.2)
-            syncs_made = (read_syncs(syncs_file) or 0) - (syncs_start or 0)
-        except BaseException:
-            state = "running" if operator.poll() is None else f"exited {operator.returncode}"
-            print(f"\nfailed; operator {state}; its log: {operator_log}", file=sys.stderr)
-            raise
-        print(f"ProofJobs done in {kuzk_phase.t_end - kuzk_phase.t0:.1f}s; deleting their "
-              f"namespace before the Jobs run", flush=True)
-        cluster.core.delete_namespace(KUZK_NS)
-        wait_for(lambda: namespace_gone(cluster, KUZK_NS), 600, f"namespace {KUZK_NS} gone", 2)
-        # The Jobs run without the operator: its worker sweep would release the workers of
-        # pods it does not know (the Jobs'), and every stage write of those pods after it
-        # would be refused, sparing the stand-in a third of its writes in that phase only.
-        stop_group(operator, grace=20)
-
         twins = [indexed_job(m, JOB_NS, settings) for m in manifests]
-        load["job_before"] = os.getloadavg()[0]
-        job_phase = run_phase(cluster, JOB, JOB_NS, twins, partitions, args.timeout)
-        not_ready += check_nodes(cluster, nodes, "Jobs")
-        load["job_after"] = os.getloadavg()[0]
-        standin_job = stats_of(port)
+        load: dict[str, float] = {}
+        not_ready = 0
+        order = (JOB, KUZK) if args.job_first else (KUZK, JOB)
+        for system in order:
+            if system == JOB:
+                # The Jobs run without the operator: its worker sweep would release the workers
+                # of pods it does not know (the Jobs'), and every stage write of those pods
+                # after it would be refused, sparing the stand-in a third of its writes.
+                if operator is not None:
+                    stop_group(operator, grace=20)
+                    operator = None
+                standin_before = stats_of(port)
+                load["job_before"] = os.getloadavg()[0]
+                job_phase = run_phase(cluster, JOB, JOB_NS, twins, partitions, args.timeout)
+                not_ready += check_nodes(cluster, nodes, "Jobs")
+                load["job_after"] = os.getloadavg()[0]
+                standin_job = _standin_summary(standin_before, stats_of(port))
+                print(f"Jobs done in {job_phase.t_end - job_phase.t0:.1f}s; deleting their "
+                      f"namespace", flush=True)
+                cluster.core.delete_namespace(JOB_NS)
+                wait_for(lambda: namespace_gone(cluster, JOB_NS), 600, f"namespace {JOB_NS} gone",
+                         2)
+                continue
+            if operator is None:
+                operator, operator_log = start_operator()
+            try:
+                audit_start = plane.audit_log.stat().st_size
+                cpu_start = cpu_seconds(operator.pid)
+                syncs_start = read_syncs(syncs_file)
+                standin_before = stats_of(port)
+                load["kuzk_before"] = os.getloadavg()[0]
+                kuzk_phase = run_phase(cluster, KUZK, KUZK_NS, manifests, partitions,
+                                       args.timeout)
+                not_ready += check_nodes(cluster, nodes, "ProofJobs")
+                load["kuzk_after"] = os.getloadavg()[0]
+                cpu = cpu_seconds(operator.pid) - cpu_start
+                rss = peak_rss_mb(operator.pid)
+                requests = Requests.read(plane.audit_log, audit_start,
+                                         plane.audit_log.stat().st_size)
+                standin_kuzk = _standin_summary(standin_before, stats_of(port))
+                wait_for(lambda: read_syncs(syncs_file) is not None, 10, "the sync count", 0.2)
+                syncs_made = (read_syncs(syncs_file) or 0) - (syncs_start or 0)
+            except BaseException:
+                state = "running" if operator.poll() is None else f"exited {operator.returncode}"
+                print(f"\nfailed; operator {state}; its log: {operator_log}", file=sys.stderr)
+                raise
+            print(f"ProofJobs done in {kuzk_phase.t_end - kuzk_phase.t0:.1f}s; deleting their "
+                  f"namespace", flush=True)
+            cluster.core.delete_namespace(KUZK_NS)
+            wait_for(lambda: namespace_gone(cluster, KUZK_NS), 600, f"namespace {KUZK_NS} gone",
+                     2)
 
         attempts = max(len(kuzk_phase.attempts), 1)
         syncs = syncs_made
@@ -586,8 +628,9 @@ def main(argv: list[str] | None = None) -> int:
                 "lists_per_sync": lists / syncs if syncs else None,
                 "cpu_s": cpu, "peak_rss_mb": rss,
             },
-            "standin": _standin_summary(standin_start, standin_kuzk),
-            "standin_job": _standin_summary(standin_kuzk, standin_job),
+            "order": list(order),
+            "standin": standin_kuzk,
+            "standin_job": standin_job,
         }
         result["completion_ratio"] = (result["kuzk"]["seconds"] / result["job"]["seconds"])
         report(result)

@@ -19,17 +19,20 @@ PARTITIONS = 1 + 16 + 1 + 10 + 1 + 16
 
 
 def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
+    """Jobs first: the operator is then started again for the ProofJobs, the path with more
+    to go wrong (the default order stops it once)."""
     out = tmp_path / "fleet.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--nodes", "4", "--gpus", "2",
          "--jobs", "6", "--work", "0.2", "0.4", "--timeout", "240", "--json", str(out),
-         "--log-dir", str(tmp_path / "logs")],
+         "--log-dir", str(tmp_path / "logs"), "--job-first"],
         cwd=ROOT, capture_output=True, text=True, timeout=560,
     )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert "stand-in prover: NOT a real proof" in proc.stdout
     assert "completion-time ratio kuzk/job" in proc.stdout
     result = json.loads(out.read_text())
+    assert result["order"] == ["job", "kuzk"]
     kuzk, job, operator = result["kuzk"], result["job"], result["operator"]
     for system in (kuzk, job):
         assert system["partitions"] == PARTITIONS
