@@ -12,10 +12,12 @@ Partition pods run a stand-in prover (``bench/fleet_standin.py``): one process s
 pod through kuzk's real WorkerStatus protocol (claim, stage writes, heartbeats, release) and
 each partition works 0.5-2 s instead of proving. ``--jobs`` ProofJobs of the four kinds in
 turn (winning-post, snap-update, window-post, porep-c2; partitions by kind) are created at
-once; when all have finished, their namespace is deleted, the operator is stopped, and the
+once; when all have finished, they are deleted, the operator is stopped, and the
 same number of Indexed Jobs (twins from ``bench/twins.py``: pods from kuzk's own pod builder)
 run the same way. ``--job-first`` runs the Jobs first, then starts the operator again (a
-fresh process) for the ProofJobs: the order's own effect on the ratio shows by comparing.
+fresh process) for the ProofJobs. ``--rounds N`` runs both N times, each round in the reverse
+order of the one before, and takes the median of the rounds' ratios: on two cores one round's
+times move by a fifth from run to run.
 
 Reported per system: partitions/s from the first create to the last job finished, and the
 ratio; the p50/p99 lag from a partition pod's Succeeded (as a watch sees it) to its job's
@@ -24,7 +26,8 @@ the operator: API requests per partition attempt by verb and resource, LISTs per
 sync is one pass of ``reconcile``, counted by ``bench/counted_operator.py``, the wrapper the
 operator runs under), its CPU seconds and peak RSS. Goals from issue 12 are printed beside each.
 
-    .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--jobs 200] [--json out]
+    .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--jobs 200] [--rounds 1]
+        [--job-first] [--json out]
 
 Needs the control-plane binaries (``bash tests/testenv/build``). Wall-clock figures move with
 the machine's load, printed with them; the counts per partition are the point.
@@ -37,6 +40,7 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -207,9 +211,18 @@ def read_syncs(path: Path) -> int | None:
         return None
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """A process's CPU seconds so far; with ``children``, also those of its children that
+    ended and were waited for (the pods' shells of the process kubelets)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid, children=True) for name, pid in pids.items()}
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -226,6 +239,11 @@ class Requests:
     by_verb: Counter[str] = field(default_factory=Counter)
     by_call: Counter[str] = field(default_factory=Counter)
     conflicts: int = 0
+
+    def add(self, other: Requests) -> None:
+        self.by_verb.update(other.by_verb)
+        self.by_call.update(other.by_call)
+        self.conflicts += other.conflicts
 
     @classmethod
     def read(cls, log: Path, start: int, end: int) -> Requests:
@@ -297,8 +315,25 @@ def worker_statuses(custom: client.CustomObjectsApi) -> int:
     return len(listing.get("items", []))
 
 
-def namespace_gone(cluster: Cluster, name: str) -> bool:
-    return not cluster.core.list_namespace(field_selector=f"metadata.name={name}").items
+def clear(cluster: Cluster, system: str, ns: str) -> None:
+    """Delete a phase's jobs and wait until their pods are gone too. The namespace stays, so
+    that the operator's watches in it go on without a new list."""
+    if system == KUZK:
+        client.CustomObjectsApi(cluster.api).delete_collection_namespaced_custom_object(
+            api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL)
+    else:
+        client.BatchV1Api(cluster.api).delete_collection_namespaced_job(
+            ns, propagation_policy="Background")
+
+    def empty() -> bool:
+        if cluster.core.list_namespaced_pod(ns, limit=1).items:
+            return False
+        if system == KUZK:
+            return not client.CustomObjectsApi(cluster.api).list_namespaced_custom_object(
+                api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL, limit=1)["items"]
+        return not client.BatchV1Api(cluster.api).list_namespaced_job(ns, limit=1).items
+
+    wait_for(empty, 600, f"the {system} jobs and pods of {ns} gone", 2)
 
 
 # --- running a phase ---------------------------------------------------------------------------
@@ -357,8 +392,10 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 
 def report(result: Obj) -> None:
     k, j, op = result["kuzk"], result["job"], result["operator"]
+    rounds = result["rounds"]
+    last = f"; the last of {rounds} rounds" if rounds > 1 else ""
     print(f"\nend to end (from the first create call to the last job finished; "
-          f"{' first, then '.join(result['order'])})")
+          f"{' first, then '.join(result['order'])}{last})")
     print(f"{'system':<6} {'jobs':>5} {'partitions':>10} {'attempts':>8} {'seconds':>8} "
           f"{'partitions/s':>12} {'lag p50 s':>9} {'lag p99 s':>9}")
     for s in (k, j):
@@ -373,15 +410,23 @@ def report(result: Obj) -> None:
         if s["watch_relists"]:
             print(f"       {s['watch_relists']} watch relists: events missed meanwhile arrived "
                   "late, lags are underestimated")
+    if rounds > 1:
+        print(f"\n{'round':<6} {'kuzk s':>8} {'job s':>8} {'ratio':>6}  first")
+        order = result["order"]
+        for i, (ks, js, r) in enumerate(zip(result["seconds"][KUZK], result["seconds"][JOB],
+                                            result["round_ratios"], strict=True)):
+            print(f"{i + 1:<6} {ks:>8.1f} {js:>8.1f} {r:>6.2f}  {order[i % 2]}")
     ratio = result["completion_ratio"]
-    print(f"\ncompletion-time ratio kuzk/job {ratio:.2f} (goal <= {GOALS['completion_ratio']}): "
+    median = " (median of the rounds)" if rounds > 1 else ""
+    print(f"\ncompletion-time ratio kuzk/job{median} {ratio:.2f} "
+          f"(goal <= {GOALS['completion_ratio']}): "
           f"{'met' if ratio <= GOALS['completion_ratio'] else 'MISSED'}; "
           f"partitions/s ratio kuzk/job {1 / ratio:.2f}")
     lag = k["lag_p99_s"]
     print(f"ProofJob status lag p99 {_fmt(lag)} s (goal < {GOALS['lag_p99_s']}): "
           f"{'met' if lag is not None and lag < GOALS['lag_p99_s'] else 'MISSED'}")
-    attempts = max(k["attempts"], 1)
-    print(f"\noperator API requests during the ProofJob phase (audit log, user {op['user']}),"
+    attempts = op["attempts"]
+    print(f"\noperator API requests during the ProofJob phases (audit log, user {op['user']}),"
           f" per partition attempt ({attempts} attempts)")
     for verb, n in sorted(op["by_verb"].items(), key=lambda kv: -kv[1]):
         print(f"  {verb:<8} {n:>7} {n / attempts:>8.2f}")
@@ -397,9 +442,17 @@ def report(result: Obj) -> None:
     print(f"  LISTs {op['by_verb'].get('list', 0)}, syncs {op['syncs']} (reconcile passes): "
           f"LISTs per sync {_fmt(lps)} (goal 0): "
           f"{'met' if lps == 0 else 'MISSED' if lps is not None else 'unknown'}")
-    print(f"operator CPU {op['cpu_s']:.1f} s during the ProofJob phase; peak RSS "
+    print(f"operator CPU {op['cpu_s']:.1f} s during the ProofJob phases; peak RSS "
           f"{op['peak_rss_mb']:.0f} MB (goal < {GOALS['rss_mb']:.0f}): "
           f"{'met' if op['peak_rss_mb'] < GOALS['rss_mb'] else 'MISSED'}")
+    cpu = result["cpu_s"]
+    names = sorted({n for phase in cpu.values() for n in phase})
+    print("\nCPU seconds by process during each phase (2 cores: what one system spends, the "
+          "other's pods wait for)")
+    print(f"{'process':<24} {'kuzk':>8} {'job':>8}")
+    for name in names:
+        print(f"{name:<24} {cpu[KUZK].get(name, 0.0):>8.1f} {cpu[JOB].get(name, 0.0):>8.1f}")
+    print(f"{'total':<24} {sum(cpu[KUZK].values()):>8.1f} {sum(cpu[JOB].values()):>8.1f}")
     sw = result["standin"]
     print(f"\nstand-in prover (one process, kuzk_prover.reporter's ProverReporter)\n"
           f"  ProofJobs: {sw['summary']}\n  Jobs:      {result['standin_job']['summary']}")
@@ -439,6 +492,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds each phase may take (default 1800)")
     parser.add_argument("--job-first", action="store_true",
                         help="run the Jobs before the ProofJobs (default: ProofJobs first)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of both systems, each round's order the reverse of the one "
+                             "before; the ratio is the median of the rounds' (default 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
@@ -452,8 +508,10 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if min(args.nodes, args.gpus, args.jobs) < 1 or not 0 < args.work[0] <= args.work[1]:
-        parser.error("--nodes, --gpus and --jobs must be at least 1; --work needs 0 < MIN <= MAX")
+    if (min(args.nodes, args.gpus, args.jobs, args.rounds) < 1
+            or not 0 < args.work[0] <= args.work[1]):
+        parser.error("--nodes, --gpus, --jobs and --rounds must be at least 1; --work needs "
+                     "0 < MIN <= MAX")
     signal.signal(signal.SIGTERM, _sigterm)
     started = time.monotonic()
     names = [f"fleet-{i:03d}" for i in range(args.jobs)]
@@ -496,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes = set(node_names(args.nodes))
         # The kubelets run in a process of their own, so that their threads (one per pod)
         # don't starve this process's watches; see bench/fleet_kubelets.py.
-        stack.enter_context(process(
+        kubelets = stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_kubelets.py"), "--kubeconfig",
              str(plane.kubeconfig), "--server", plane.server, "--ca-cert",
              str(plane.pki.ca_cert), "--workdir", str(Path(tmp) / "kubelets"), "--nodes",
@@ -561,7 +619,20 @@ def main(argv: list[str] | None = None) -> int:
         load: dict[str, float] = {}
         not_ready = 0
         order = (JOB, KUZK) if args.job_first else (KUZK, JOB)
-        for system in order:
+        # Where the machine's CPU went in each phase: the control plane, the kubelets and the
+        # stand-in serve both systems; the operator is kuzk's, the job controller's share is
+        # inside kube-controller-manager.
+        pids = {c.name: c.proc.pid for c in plane.components if c.proc is not None}
+        pids |= {"kubelets": kubelets.pid, "stand-in": standin.pid}
+        phase_cpu: dict[str, Counter[str]] = {KUZK: Counter(), JOB: Counter()}
+        seconds: dict[str, list[float]] = {KUZK: [], JOB: []}
+        requests, attempts, syncs, cpu, rss = Requests(), 0, 0, 0.0, 0.0
+        # Rounds alternate which system goes first, so neither always meets a fresh or a used
+        # control plane.
+        sequence = [system for r in range(args.rounds)
+                    for system in (order if r % 2 == 0 else order[::-1])]
+        for system in sequence:
+            cpu_before = cpu_by_process(pids)
             if system == JOB:
                 # The Jobs run without the operator: its worker sweep would release the workers
                 # of pods it does not know (the Jobs'), and every stage write of those pods
@@ -575,11 +646,12 @@ def main(argv: list[str] | None = None) -> int:
                 not_ready += check_nodes(cluster, nodes, "Jobs")
                 load["job_after"] = os.getloadavg()[0]
                 standin_job = _standin_summary(standin_before, stats_of(port))
-                print(f"Jobs done in {job_phase.t_end - job_phase.t0:.1f}s; deleting their "
-                      f"namespace", flush=True)
-                cluster.core.delete_namespace(JOB_NS)
-                wait_for(lambda: namespace_gone(cluster, JOB_NS), 600, f"namespace {JOB_NS} gone",
-                         2)
+                phase_cpu[JOB].update({k: v - cpu_before[k]
+                                       for k, v in cpu_by_process(pids).items()})
+                seconds[JOB].append(job_phase.t_end - job_phase.t0)
+                print(f"Jobs done in {job_phase.t_end - job_phase.t0:.1f}s; deleting them",
+                      flush=True)
+                clear(cluster, JOB, JOB_NS)
                 continue
             if operator is None:
                 operator, operator_log = start_operator()
@@ -593,26 +665,30 @@ def main(argv: list[str] | None = None) -> int:
                                        args.timeout)
                 not_ready += check_nodes(cluster, nodes, "ProofJobs")
                 load["kuzk_after"] = os.getloadavg()[0]
-                cpu = cpu_seconds(operator.pid) - cpu_start
-                rss = peak_rss_mb(operator.pid)
-                requests = Requests.read(plane.audit_log, audit_start,
-                                         plane.audit_log.stat().st_size)
+                operator_cpu = cpu_seconds(operator.pid) - cpu_start
+                cpu += operator_cpu
+                rss = max(rss, peak_rss_mb(operator.pid))
+                requests.add(Requests.read(plane.audit_log, audit_start,
+                                           plane.audit_log.stat().st_size))
+                attempts += len(kuzk_phase.attempts)
                 standin_kuzk = _standin_summary(standin_before, stats_of(port))
+                phase_cpu[KUZK].update({k: v - cpu_before[k]
+                                        for k, v in cpu_by_process(pids).items()})
+                phase_cpu[KUZK]["operator"] += operator_cpu
+                seconds[KUZK].append(kuzk_phase.t_end - kuzk_phase.t0)
                 wait_for(lambda: read_syncs(syncs_file) is not None, 10, "the sync count", 0.2)
-                syncs_made = (read_syncs(syncs_file) or 0) - (syncs_start or 0)
+                syncs += (read_syncs(syncs_file) or 0) - (syncs_start or 0)
             except BaseException:
                 state = "running" if operator.poll() is None else f"exited {operator.returncode}"
                 print(f"\nfailed; operator {state}; its log: {operator_log}", file=sys.stderr)
                 raise
-            print(f"ProofJobs done in {kuzk_phase.t_end - kuzk_phase.t0:.1f}s; deleting their "
-                  f"namespace", flush=True)
-            cluster.core.delete_namespace(KUZK_NS)
-            wait_for(lambda: namespace_gone(cluster, KUZK_NS), 600, f"namespace {KUZK_NS} gone",
-                     2)
+            print(f"ProofJobs done in {kuzk_phase.t_end - kuzk_phase.t0:.1f}s; deleting them",
+                  flush=True)
+            clear(cluster, KUZK, KUZK_NS)
 
-        attempts = max(len(kuzk_phase.attempts), 1)
-        syncs = syncs_made
+        attempts = max(attempts, 1)
         lists = requests.by_verb.get("list", 0)
+        ratios = [k / j for k, j in zip(seconds[KUZK], seconds[JOB], strict=True)]
         result = {
             "kuzk_module": str(Path(kuzk.__file__).parent),
             "nodes": args.nodes, "gpus": args.gpus, "jobs": args.jobs,
@@ -620,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average": load, "nodes_not_ready": not_ready,
             "kuzk": kuzk_phase.summary(), "job": job_phase.summary(),
             "operator": {
-                "user": user, "by_verb": dict(requests.by_verb),
+                "user": user, "attempts": attempts, "by_verb": dict(requests.by_verb),
                 "by_call": dict(requests.by_call), "conflicts": requests.conflicts,
                 "requests_per_attempt": sum(requests.by_verb.values()) / attempts,
                 "per_attempt_by_verb": {v: n / attempts for v, n in requests.by_verb.items()},
@@ -628,11 +704,12 @@ def main(argv: list[str] | None = None) -> int:
                 "lists_per_sync": lists / syncs if syncs else None,
                 "cpu_s": cpu, "peak_rss_mb": rss,
             },
-            "order": list(order),
+            "order": list(order), "rounds": args.rounds, "cpu_s": phase_cpu,
+            "seconds": seconds, "round_ratios": ratios,
             "standin": standin_kuzk,
             "standin_job": standin_job,
         }
-        result["completion_ratio"] = (result["kuzk"]["seconds"] / result["job"]["seconds"])
+        result["completion_ratio"] = statistics.median(ratios)
         report(result)
         print(f"load average during: ProofJobs {load['kuzk_before']:.1f} -> "
               f"{load['kuzk_after']:.1f}, Jobs {load['job_before']:.1f} -> "
