@@ -35,9 +35,9 @@ log = logging.getLogger("kuzk.runtime")
 SWEEP_SECONDS = 30.0
 # A pod or WorkerStatus event syncs its job this long after it, so the events of a burst
 # (a pod's phase, its worker's stages, other partitions finishing) share one sync and one
-# status write; the Job controller batches pod events the same way (syncJobBatchPeriod).
+# status write; the Job controller batches pod events the same way (syncJobBatchPeriod, 1 s).
 # A ProofJob's own events (created, spec changed, deleted) are handled at once.
-BATCH_SECONDS = 0.5
+BATCH_SECONDS = 1.0
 JobKey = tuple[str, str]
 Assignment = tuple[Any, ...]
 
