@@ -1,0 +1,1 @@
+"""The real kuzk-prover program as a partition pod on the test control plane."""
