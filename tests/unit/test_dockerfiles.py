@@ -155,7 +155,7 @@ def test_base_image_is_a_build_argument() -> None:
 
 
 def test_readme_builds_the_prover_on_cuda_with_cupy() -> None:
-    readme = (ROOT / PYPROJECT["project"]["readme"]).read_text()
+    readme = (ROOT / PYPROJECT["project"]["readme"]).read_text().replace("\\\n", " ")
     command = next(line for line in readme.splitlines()
                    if line.strip().startswith("docker build") and "--target prover" in line)
     assert f"--build-arg BASE_IMAGE={CUDA_BASE}" in command
