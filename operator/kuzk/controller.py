@@ -378,12 +378,14 @@ class Controller:
         workers.ensure_worker_status(self.api_client, node_name, node_uid)
 
     def sweep(
-        self, node_name: str, live: Mapping[str, str], worker_status: Body | None
+        self, node_name: str, live: Mapping[str, api.WorkerOutcome | None],
+        worker_status: Body | None,
     ) -> list[workers.Released]:
         """Release workers whose pod is gone or silent and not running (periodic safety net).
 
-        ``live`` maps the UIDs of kuzk's pods on the node to their phase (from the cache); the
-        guarded write is made only when the cached WorkerStatus shows something to release."""
+        ``live`` maps the UIDs of kuzk's pods on the node to None while they run, else to
+        their ``worker_outcome`` (from the cache); the guarded write is made only when the
+        cached WorkerStatus shows something to release."""
         now = datetime.now(UTC)
         cached = (worker_status or {}).get("status") or {}
         if workers.decide_sweep(cached, live, now).status is None:

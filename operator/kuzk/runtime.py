@@ -30,6 +30,7 @@ from typing import Any
 from kuzk import api
 from kuzk.clock import Gone, WorkQueue
 from kuzk.controller import Body, Controller, JobGone, controller_of, pods_of
+from kuzk.observe import worker_outcome
 
 log = logging.getLogger("kuzk.runtime")
 SWEEP_SECONDS = 30.0
@@ -297,7 +298,9 @@ class Runtime:
         if ws is None:
             raise Gone
         live = {
-            (p.get("metadata") or {}).get("uid", ""): (p.get("status") or {}).get("phase", "")
+            (p.get("metadata") or {}).get("uid", ""): (
+                None if (p.get("status") or {}).get("phase") == "Running" else worker_outcome(p)
+            )
             for p in self.caches.node_pods(node)
         }
         await asyncio.to_thread(self.controller.sweep, node, live, ws)

@@ -307,12 +307,14 @@ def decide_release(
 
 def decide_sweep(
     status: Mapping[str, Any],
-    live_pods: Mapping[str, str],
+    live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
     heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
 ) -> WriteDecision[list[Released]]:
-    """Release workers whose pod is gone, or whose heartbeat is older than three intervals
-    while their pod is not Running. ``live_pods`` maps pod UID to phase."""
+    """Release workers whose pod is gone ("lost"), or whose heartbeat is older than three
+    intervals while their pod is not running. ``live_pods`` maps the UID of each pod that
+    exists to None while it runs, else to the outcome its end implies for its worker
+    (``observe.worker_outcome``, the rule the finalizer's release uses too)."""
     workers = copy.deepcopy(status.get("workers") or [])
     limit = now - timedelta(seconds=SWEEP_MISSED_HEARTBEATS * heartbeat_interval)
     released: list[Released] = []
@@ -320,12 +322,16 @@ def decide_sweep(
         pod = worker.get("pod") or {}
         if worker.get("state") != "proving":
             continue
-        phase = live_pods.get(pod.get("uid", ""))
+        uid = pod.get("uid", "")
         last = worker.get("heartbeat") or worker.get("since")
         silent = last is None or kapi.parse_time(last) < limit
-        if phase is None or (phase != "Running" and silent):
-            outcome: WorkerOutcome = "succeeded" if phase == "Succeeded" else "lost"
-            ref = PodRef(pod.get("name", ""), pod.get("uid", ""))
+        # Gone: lost. Ended and silent: how it ended. Running, or ended but still heard from:
+        # kept (its release is the finalizer's).
+        outcome: WorkerOutcome | None = (
+            "lost" if uid not in live_pods else live_pods[uid] if silent else None
+        )
+        if outcome is not None:
+            ref = PodRef(pod.get("name", ""), uid)
             released.append(Released(str(worker["id"]), ref, outcome))
             _set_idle(worker, outcome, now)
     if not released:
@@ -421,12 +427,12 @@ def release(
 def sweep(
     api: client.ApiClient,
     node: str,
-    live_pods: Mapping[str, str],
+    live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
     heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
 ) -> list[Released]:
-    """Release (guarded) the workers of ``node`` whose pod is not in ``live_pods`` (pod UID →
-    phase), or whose heartbeat is three intervals old while their pod is not Running."""
+    """Release (guarded) the workers of ``node`` as ``decide_sweep`` says: those whose pod is
+    gone, or silent for three heartbeat intervals while their pod is not running."""
     try:
         return guarded_write(
             api, node, lambda s: decide_sweep(s, live_pods, now, heartbeat_interval)

@@ -298,7 +298,7 @@ def test_the_aba_race_is_stale_and_a_pod_that_never_claimed_is_not() -> None:
 
 # --- sweep -------------------------------------------------------------------------------
 def test_sweep_frees_gone_pods_and_silent_pods_that_are_not_running() -> None:
-    c, d, e = assignment("c"), assignment("d"), assignment("e")
+    c, d, e, f = assignment("c"), assignment("d"), assignment("e"), assignment("f")
     silent = stamp(NOW - timedelta(seconds=31))
     before = status(
         proving("W0", "GPU-0", A, heartbeat=silent),  # Running: kept however silent
@@ -306,10 +306,18 @@ def test_sweep_frees_gone_pods_and_silent_pods_that_are_not_running() -> None:
         proving("W2", "GPU-2", c, heartbeat=silent),  # Succeeded and silent
         proving("W3", "GPU-3", d, heartbeat=stamp(NOW - timedelta(seconds=29))),  # Failed, fresh
         idle("W4", "GPU-4", e),
+        proving("W5", "GPU-5", f, heartbeat=silent),  # evicted and silent
     )
-    live = {"uid-a": "Running", "uid-c": "Succeeded", "uid-d": "Failed"}
+    # None: still running; else what its pod's end means for the worker (observe.worker_outcome,
+    # the finalizer's rule: an eviction is a disruption, not the prover's failure)
+    live: dict[str, api.WorkerOutcome | None] = {
+        "uid-a": None, "uid-c": "succeeded", "uid-d": "failed", "uid-f": "disrupted"}
     got = decide_sweep(before, live, NOW, heartbeat_interval=10)
-    assert got.result == [Released("W1", B.pod, "lost"), Released("W2", c.pod, "succeeded")]
+    assert got.result == [
+        Released("W1", B.pod, "lost"),
+        Released("W2", c.pod, "succeeded"),
+        Released("W5", f.pod, "disrupted"),
+    ]
     assert got.status is not None
     states = [(w["id"], w["state"], w["completed"]) for w in got.status["workers"]]
     assert states == [
@@ -318,10 +326,11 @@ def test_sweep_frees_gone_pods_and_silent_pods_that_are_not_running() -> None:
         ("W2", "idle", 1),
         ("W3", "proving", 0),
         ("W4", "idle", 0),
+        ("W5", "idle", 0),
     ]
-    assert got.status["proving"] == 2 and len(got.notes) == 2
+    assert got.status["proving"] == 2 and len(got.notes) == 3
 
 
 def test_sweep_with_nothing_to_free_writes_nothing() -> None:
-    got = decide_sweep(status(proving("W0", "GPU-0", A)), {"uid-a": "Running"}, NOW)
+    got = decide_sweep(status(proving("W0", "GPU-0", A)), {"uid-a": None}, NOW)
     assert (got.status, got.result) == (None, [])

@@ -147,7 +147,8 @@ def test_sweep_releases_workers_whose_pod_is_gone_or_silent(
     running, finished, gone = (make_assignment(partition=i) for i in range(3))
     for gpu, a in zip(GPUS, (running, finished, gone), strict=True):
         claim(admin, node, gpu, a)
-    live = {running.pod_uid: "Running", finished.pod_uid: "Succeeded"}
+    live: dict[str, kapi.WorkerOutcome | None] = {
+        running.pod_uid: None, finished.pod_uid: "succeeded"}
     now = datetime.now(UTC)
     assert sweep(admin, node, live, now) == [Released("W2", gone.pod, "lost")]
     # Thirty seconds without a heartbeat free a worker whose pod is not Running, only then.
