@@ -22,7 +22,7 @@ from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller
 from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
-from kuzk.runtime import Caches, Runtime, pod_keys, slim
+from kuzk.runtime import CALL_THREADS, Caches, Runtime, pod_keys, slim
 
 log = logging.getLogger("kuzk.handlers")
 POD_FILTER: dict[str, Any] = {
@@ -81,12 +81,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     if not isinstance(options, Options):
         msg = "kuzk.handlers.configure() was not called before the operator started"
         raise kopf.PermanentError(msg)
-    # A connection for every call in flight: the pod calls' pool and asyncio's default
-    # executor (the syncs, sweeps and releases; at most 32 threads) share this client.
-    # urllib3 otherwise drops the connections past its pool (10 on two cores) and pays a TLS
-    # handshake for each.
+    # A connection for every call in flight: the pod calls' pool and the runtime's threads
+    # (the syncs, sweeps and releases) share this client. urllib3 otherwise drops the
+    # connections past its pool (10 on two cores) and pays a TLS handshake for each.
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + 32
+    configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + CALL_THREADS
     controller = Controller(client.ApiClient(configuration), options.settings, _post_event)
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
     runtime = Runtime(controller, caches)
