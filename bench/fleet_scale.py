@@ -69,7 +69,7 @@ if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in t
 
 from fleet_kubelets import node_names  # noqa: E402
 from fleet_standin import pod_command, stats_of  # noqa: E402
-from follow import Follow  # noqa: E402
+from follow import Follow, start_all  # noqa: E402
 from twins import COMPLETION_INDEX, JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
@@ -161,7 +161,8 @@ class Phase:
                 "attempts": len(self.attempts), "failed_jobs": failed,
                 "unfinished_jobs": unfinished, "seconds": seconds,
                 "partitions_per_s": total / seconds if seconds > 0 else 0.0,
-                "lag_p50_s": _quantile(lags, 0.5), "lag_p99_s": _quantile(lags, 0.99),
+                "lag_p50_s": _quantile(lags, 0.5), "lag_p90_s": _quantile(lags, 0.9),
+                "lag_p99_s": _quantile(lags, 0.99), "lag_max_s": lags[-1] if lags else None,
                 "lag_samples": len(lags), "watch_relists": self.relists}
 
 
@@ -353,12 +354,7 @@ def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
     streams = [Follow(f"pods in {ns}", partial(core.list_namespaced_pod, ns), phase.on_pod),
                Follow(f"{system} jobs in {ns}", list_jobs, phase.on_job)]
     try:
-        for stream in streams:
-            stream.start()
-        for stream in streams:
-            if not stream.ready.wait(30) or stream.error:
-                msg = f"watch {stream.what} did not open: {stream.error}"
-                raise RuntimeError(msg)
+        start_all(streams)
         phase.t0 = time.monotonic()
         with ThreadPoolExecutor(CREATORS) as pool:
             list(pool.map(create, manifests))
@@ -397,11 +393,11 @@ def report(result: Obj) -> None:
     print(f"\nend to end (from the first create call to the last job finished; "
           f"{' first, then '.join(result['order'])}{last})")
     print(f"{'system':<6} {'jobs':>5} {'partitions':>10} {'attempts':>8} {'seconds':>8} "
-          f"{'partitions/s':>12} {'lag p50 s':>9} {'lag p99 s':>9}")
+          f"{'partitions/s':>12} {'lag p50 s':>9} {'lag p99 s':>9} {'lag max s':>9}")
     for s in (k, j):
         print(f"{s['system']:<6} {s['jobs']:>5} {s['partitions']:>10} {s['attempts']:>8} "
               f"{s['seconds']:>8.1f} {s['partitions_per_s']:>12.2f} {_fmt(s['lag_p50_s']):>9} "
-              f"{_fmt(s['lag_p99_s']):>9}")
+              f"{_fmt(s['lag_p99_s']):>9} {_fmt(s['lag_max_s']):>9}")
         if s["failed_jobs"]:
             print(f"       failed: {', '.join(s['failed_jobs'][:10])}")
         if s["unfinished_jobs"]:

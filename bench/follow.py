@@ -81,3 +81,13 @@ class Follow(threading.Thread):
                 self._response.shutdown()
             with contextlib.suppress(Exception):
                 self._response.release_conn()
+
+
+def start_all(streams: list[Follow], timeout: float = 30) -> None:
+    """Start each stream and wait until every one is watching; raise if one did not open."""
+    for stream in streams:
+        stream.start()
+    for stream in streams:
+        if not stream.ready.wait(timeout) or stream.error:
+            msg = f"watch {stream.what} did not open: {stream.error}"
+            raise RuntimeError(msg)

@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from follow import Follow  # noqa: E402
+from follow import Follow, start_all  # noqa: E402
 from twins import JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
@@ -210,12 +210,7 @@ class Bench:
                    on_job),
         ]
         try:
-            for stream in streams:
-                stream.start()
-            for stream in streams:
-                if not stream.ready.wait(30) or stream.error:
-                    msg = f"watch {stream.what} did not open: {stream.error}"
-                    raise RuntimeError(msg)
+            start_all(streams)
             progress.t0 = time.monotonic()
             create()
             try:
