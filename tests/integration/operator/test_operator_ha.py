@@ -30,7 +30,7 @@ def test_a_low_replica_started_second_waits_and_takes_over(
 
     apply_job(cluster, namespace, proofjob("first", partitions=2))
     wait_job(cluster, namespace, "first", "Succeeded")
-    assert "first" in high.text()
+    wait_for(lambda: "first" in high.text(), 30, "the high replica's log to name the job")
     assert "first" not in low.text()
     assert RESUMED not in low.text()
 
@@ -38,7 +38,7 @@ def test_a_low_replica_started_second_waits_and_takes_over(
     apply_job(cluster, namespace, proofjob("second", partitions=2))
     wait_job(cluster, namespace, "second", "Succeeded", timeout=120)
     assert RESUMED in low.text()
-    assert "second" in low.text()
+    wait_for(lambda: "second" in low.text(), 30, "the low replica's log to name the job")
     assert "Traceback" not in low.text() + high.text()
 
 
@@ -49,8 +49,9 @@ def test_a_replica_outranked_while_acting_stops_its_timers(
     wait_for(lambda: RESUMED in low.text(), 60, "low replica resumes alone")
     apply_job(cluster, namespace, proofjob("timed", partitions=1, ttlSecondsAfterFinished=25))
     wait_job(cluster, namespace, "timed", "Succeeded")
-    # low acted (its finalizer release of the pod is logged, possibly just after the status
-    # write that showed Succeeded), and holds the TTL's timer
+    # low acted, and holds the TTL's timer. What names a job in a replica's log is its
+    # finalizer release of the job's pods, which may land just after the status write that
+    # showed Succeeded: each check below waits for that line.
     wait_for(lambda: "timed" in low.text(), 30, "the low replica's log to name the job")
 
     high = run_operator("--priority", "20", *LIFETIME, standalone=False)
@@ -67,5 +68,5 @@ def test_a_replica_outranked_while_acting_stops_its_timers(
     wait_for(lambda: low.text().count(RESUMED) >= 2, 60, "low replica resumes")
     apply_job(cluster, namespace, proofjob("after", partitions=2))
     wait_job(cluster, namespace, "after", "Succeeded", timeout=120)
-    assert "after" in low.text()
+    wait_for(lambda: "after" in low.text(), 30, "the low replica's log to name the job")
     assert "Traceback" not in low.text() + high.text()
