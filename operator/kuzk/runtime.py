@@ -22,13 +22,10 @@ existing beyond its job's recorded attempt (``kuzk.partitions`` keeps that water
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from kuzk import api
 from kuzk.clock import Gone, WorkQueue
@@ -42,12 +39,6 @@ SWEEP_SECONDS = 30.0
 # status write; the Job controller batches pod events the same way (syncJobBatchPeriod, 1 s).
 # A ProofJob's own events (created, spec changed, deleted) are handled at once.
 BATCH_SECONDS = 1.0
-# Threads for the blocking calls (syncs, sweeps, releases). A sync holds one for its status
-# patch, so this bounds the syncs in flight: asyncio's default executor has cpu_count + 4
-# (6 on two cores), which queued the syncs of 200 jobs on 64 nodes behind one another and
-# put the job status seconds behind its pods. The queue still runs one sync per job at a time.
-CALL_THREADS = 32
-T = TypeVar("T")
 JobKey = tuple[str, str]
 Assignment = tuple[Any, ...]
 
@@ -181,13 +172,6 @@ class Runtime:
         self.jobs: dict[JobKey, JobState] = {}
         self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
         self.node_workers: dict[str, dict[str, Assignment]] = {}
-        self._threads = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="kuzk-call")
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on one of the runtime's threads, in this task's context, as
-        ``asyncio.to_thread`` runs it: ``kopf.event`` finds its posting queue there."""
-        call = partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     # --- events --------------------------------------------------------------------------
     def on_job(self, event: str | None, namespace: str, name: str, uid: str,
@@ -276,7 +260,7 @@ class Runtime:
         pods = state.pods(self.caches.job_pods(namespace, name))
         statuses = self.caches.worker_statuses()
         try:
-            synced = await self._call(self.controller.sync, job, pods, statuses)
+            synced = await asyncio.to_thread(self.controller.sync, job, pods, statuses)
         except JobGone:
             uid = (job.get("metadata") or {}).get("uid", "")
             log.info("ProofJob %s/%s is gone; settling its pods", namespace, name)
@@ -303,7 +287,7 @@ class Runtime:
             raise Gone
         node = (pod.get("spec") or {}).get("nodeName")
         ws = self.caches.worker_status(node)
-        delay = await self._call(self.controller.settle_orphan, pod, ws)
+        delay = await asyncio.to_thread(self.controller.settle_orphan, pod, ws)
         if delay is None and owner and not (pod.get("metadata") or {}).get("deletionTimestamp"):
             # Its job exists after all (the cache had not seen it yet): the job's sync owns it.
             self.queue.kick(("job", namespace, owner["name"]))
@@ -319,7 +303,7 @@ class Runtime:
             )
             for p in self.caches.node_pods(node)
         }
-        await self._call(self.controller.sweep, node, live, ws)
+        await asyncio.to_thread(self.controller.sweep, node, live, ws)
         return SWEEP_SECONDS
 
     async def _ensure_worker_status(self, node: str) -> float | None:
@@ -327,7 +311,7 @@ class Runtime:
             raise Gone
         uid, gpus = self.nodes[node]
         if gpus > 0 and self.caches.worker_status(node) is None:
-            await self._call(self.controller.ensure_worker_status, node, uid)
+            await asyncio.to_thread(self.controller.ensure_worker_status, node, uid)
         return None
 
     def _forget_job(self, namespace: str, name: str) -> None:
@@ -336,7 +320,6 @@ class Runtime:
 
     async def close(self) -> None:
         await self.queue.close()
-        self._threads.shutdown(wait=False)
 
 
 def _describe(key: Hashable) -> str:
