@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -72,7 +72,7 @@ from fleet_standin import pod_command, stats_of  # noqa: E402
 from follow import Follow, start_all  # noqa: E402
 from twins import COMPLETION_INDEX, JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
-from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
+from tests.testenv.cluster import Cluster, chart_objects, install_kuzk  # noqa: E402
 from tests.testenv.controlplane import ControlPlane, stop_group  # noqa: E402
 from tests.testenv.waiting import wait_for  # noqa: E402
 
@@ -183,11 +183,7 @@ def audit_policy(user: str) -> Obj:
 def operator_rbac(cluster: Cluster) -> tuple[list[Obj], str]:
     """The chart's operator ClusterRole and binding for release RELEASE in SYSTEM_NS, and the
     ServiceAccount the binding names."""
-    version = client.VersionApi(cluster.api).get_code().git_version
-    rendered = cluster.helm("template", RELEASE, str(ROOT / "charts" / "kuzk"),
-                            "--namespace", SYSTEM_NS, "--kube-version", version,
-                            "--show-only", "templates/operator-rbac.yaml").stdout
-    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    objects = chart_objects(cluster, "operator-rbac.yaml", RELEASE, SYSTEM_NS)
     binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
     return objects, str(binding["subjects"][0]["name"])
 
@@ -620,67 +616,58 @@ def main(argv: list[str] | None = None) -> int:
         # inside kube-controller-manager.
         pids = {c.name: c.proc.pid for c in plane.components if c.proc is not None}
         pids |= {"kubelets": kubelets.pid, "stand-in": standin.pid}
-        phase_cpu: dict[str, Counter[str]] = {KUZK: Counter(), JOB: Counter()}
+        phase_cpu: dict[str, defaultdict[str, float]] = {KUZK: defaultdict(float),
+                                                         JOB: defaultdict(float)}
         seconds: dict[str, list[float]] = {KUZK: [], JOB: []}
-        requests, attempts, syncs, cpu, rss = Requests(), 0, 0, 0.0, 0.0
+        last: dict[str, Phase] = {}  # each system's last phase
+        standin_stats: dict[str, Obj] = {}
+        requests, attempts, syncs, rss = Requests(), 0, 0, 0.0
         # Rounds alternate which system goes first, so neither always meets a fresh or a used
         # control plane.
         sequence = [system for r in range(args.rounds)
                     for system in (order if r % 2 == 0 else order[::-1])]
         for system in sequence:
-            cpu_before = cpu_by_process(pids)
-            if system == JOB:
+            if system == JOB and operator is not None:
                 # The Jobs run without the operator: its worker sweep would release the workers
                 # of pods it does not know (the Jobs'), and every stage write of those pods
                 # after it would be refused, sparing the stand-in a third of its writes.
-                if operator is not None:
-                    stop_group(operator, grace=20)
-                    operator = None
-                standin_before = stats_of(port)
-                load["job_before"] = os.getloadavg()[0]
-                job_phase = run_phase(cluster, JOB, JOB_NS, twins, partitions, args.timeout)
-                not_ready += check_nodes(cluster, nodes, "Jobs")
-                load["job_after"] = os.getloadavg()[0]
-                standin_job = _standin_summary(standin_before, stats_of(port))
-                phase_cpu[JOB].update({k: v - cpu_before[k]
-                                       for k, v in cpu_by_process(pids).items()})
-                seconds[JOB].append(job_phase.t_end - job_phase.t0)
-                print(f"Jobs done in {job_phase.t_end - job_phase.t0:.1f}s; deleting them",
-                      flush=True)
-                clear(cluster, JOB, JOB_NS)
-                continue
-            if operator is None:
+                stop_group(operator, grace=20)
+                operator = None
+            if system == KUZK and operator is None:
                 operator, operator_log = start_operator()
+            ns, jobs, what = ((KUZK_NS, manifests, "ProofJobs") if system == KUZK
+                              else (JOB_NS, twins, "Jobs"))
+            cpu_before, standin_before = cpu_by_process(pids), stats_of(port)
+            audit_start = plane.audit_log.stat().st_size
+            operator_cpu_start = cpu_seconds(operator.pid) if operator is not None else 0.0
+            syncs_start = read_syncs(syncs_file)
+            load[f"{system}_before"] = os.getloadavg()[0]
             try:
-                audit_start = plane.audit_log.stat().st_size
-                cpu_start = cpu_seconds(operator.pid)
-                syncs_start = read_syncs(syncs_file)
-                standin_before = stats_of(port)
-                load["kuzk_before"] = os.getloadavg()[0]
-                kuzk_phase = run_phase(cluster, KUZK, KUZK_NS, manifests, partitions,
-                                       args.timeout)
-                not_ready += check_nodes(cluster, nodes, "ProofJobs")
-                load["kuzk_after"] = os.getloadavg()[0]
-                operator_cpu = cpu_seconds(operator.pid) - cpu_start
-                cpu += operator_cpu
+                phase = run_phase(cluster, system, ns, jobs, partitions, args.timeout)
+            except BaseException:
+                if operator is not None:
+                    state = ("running" if operator.poll() is None
+                             else f"exited {operator.returncode}")
+                    print(f"\nfailed; operator {state}; its log: {operator_log}",
+                          file=sys.stderr)
+                raise
+            not_ready += check_nodes(cluster, nodes, what)
+            load[f"{system}_after"] = os.getloadavg()[0]
+            last[system] = phase
+            seconds[system].append(phase.t_end - phase.t0)
+            standin_stats[system] = _standin_summary(standin_before, stats_of(port))
+            for name, used in cpu_by_process(pids).items():
+                phase_cpu[system][name] += used - cpu_before[name]
+            if operator is not None:
+                phase_cpu[KUZK]["operator"] += cpu_seconds(operator.pid) - operator_cpu_start
                 rss = max(rss, peak_rss_mb(operator.pid))
                 requests.add(Requests.read(plane.audit_log, audit_start,
                                            plane.audit_log.stat().st_size))
-                attempts += len(kuzk_phase.attempts)
-                standin_kuzk = _standin_summary(standin_before, stats_of(port))
-                phase_cpu[KUZK].update({k: v - cpu_before[k]
-                                        for k, v in cpu_by_process(pids).items()})
-                phase_cpu[KUZK]["operator"] += operator_cpu
-                seconds[KUZK].append(kuzk_phase.t_end - kuzk_phase.t0)
+                attempts += len(phase.attempts)
                 wait_for(lambda: read_syncs(syncs_file) is not None, 10, "the sync count", 0.2)
                 syncs += (read_syncs(syncs_file) or 0) - (syncs_start or 0)
-            except BaseException:
-                state = "running" if operator.poll() is None else f"exited {operator.returncode}"
-                print(f"\nfailed; operator {state}; its log: {operator_log}", file=sys.stderr)
-                raise
-            print(f"ProofJobs done in {kuzk_phase.t_end - kuzk_phase.t0:.1f}s; deleting them",
-                  flush=True)
-            clear(cluster, KUZK, KUZK_NS)
+            print(f"{what} done in {phase.t_end - phase.t0:.1f}s; deleting them", flush=True)
+            clear(cluster, system, ns)
 
         attempts = max(attempts, 1)
         lists = requests.by_verb.get("list", 0)
@@ -690,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
             "nodes": args.nodes, "gpus": args.gpus, "jobs": args.jobs,
             "work_s": list(args.work), "heartbeat_s": args.heartbeat,
             "load_average": load, "nodes_not_ready": not_ready,
-            "kuzk": kuzk_phase.summary(), "job": job_phase.summary(),
+            "kuzk": last[KUZK].summary(), "job": last[JOB].summary(),
             "operator": {
                 "user": user, "attempts": attempts, "by_verb": dict(requests.by_verb),
                 "by_call": dict(requests.by_call), "conflicts": requests.conflicts,
@@ -698,12 +685,12 @@ def main(argv: list[str] | None = None) -> int:
                 "per_attempt_by_verb": {v: n / attempts for v, n in requests.by_verb.items()},
                 "syncs": syncs, "get_proofjobs": requests.by_call.get("get proofjobs", 0),
                 "lists_per_sync": lists / syncs if syncs else None,
-                "cpu_s": cpu, "peak_rss_mb": rss,
+                "cpu_s": phase_cpu[KUZK]["operator"], "peak_rss_mb": rss,
             },
             "order": list(order), "rounds": args.rounds, "cpu_s": phase_cpu,
             "seconds": seconds, "round_ratios": ratios,
-            "standin": standin_kuzk,
-            "standin_job": standin_job,
+            "standin": standin_stats[KUZK],
+            "standin_job": standin_stats[JOB],
         }
         result["completion_ratio"] = statistics.median(ratios)
         report(result)

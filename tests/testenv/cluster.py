@@ -71,24 +71,22 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "kuzk"
 PROVER_RBAC = CHART / "files" / "prover-rbac.yaml"
 
 
-def priority_classes(kube_version: str) -> list[dict[str, Any]]:
-    """The chart's PriorityClasses, rendered by helm with the chart's default values."""
-    out = subprocess.run(
-        [str(binaries.find("helm")), "template", "kuzk", str(CHART), "--kube-version",
-         kube_version, "--show-only", "templates/priorityclasses.yaml"],
-        capture_output=True, text=True, timeout=60, check=False)
-    if out.returncode != 0:
-        msg = f"helm template failed:\n{out.stderr}"
-        raise RuntimeError(msg)
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+def chart_objects(cluster: Cluster, template: str, release: str = "kuzk",
+                  namespace: str = "default") -> list[dict[str, Any]]:
+    """The objects one template of the chart renders with its default values, for this
+    cluster's Kubernetes version (``template``: a path under ``templates/``)."""
+    version = client.VersionApi(cluster.api).get_code().git_version
+    rendered = cluster.helm("template", release, str(CHART), "--namespace", namespace,
+                            "--kube-version", version, "--show-only",
+                            f"templates/{template}").stdout
+    return [d for d in yaml.safe_load_all(rendered) if d]
 
 
 def install_kuzk(cluster: Cluster) -> None:
     """What the chart installs cluster-wide, from the same sources: every CRD (kuzk's and
     Kopf's peering), the PriorityClasses and the prover's ClusterRole; waits until the CRDs
     are Established. Idempotent (server-side apply)."""
-    version = client.VersionApi(cluster.api).get_code().git_version
-    objects = [*crds.all_crds(), *priority_classes(version),
+    objects = [*crds.all_crds(), *chart_objects(cluster, "priorityclasses.yaml"),
                yaml.safe_load(PROVER_RBAC.read_text())]
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
     for crd in crds.all_crds():
