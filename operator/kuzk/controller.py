@@ -33,8 +33,6 @@ RESYNC_SECONDS = 10.0
 ORPHAN_LOOK_SECONDS = 30.0
 POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
-LIVE_STATES = (api.PENDING, *api.STARTED_STATES)
-PROGRESS_FIELDS = ("node", "worker", "startedAt")
 Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
 
@@ -76,7 +74,6 @@ class Synced:
     job: Body | None = None
     created: list[Body] = field(default_factory=list)
     released: list[tuple[str, Body]] = field(default_factory=list)
-    held: bool = False  # a status write that only showed progress was held back
 
 
 @dataclass
@@ -104,18 +101,11 @@ class Controller:
         pods: list[Body],
         worker_statuses: list[Body],
         now: datetime | None = None,
-        *,
-        hold_progress: bool = False,
     ) -> Synced:
-        """Reconcile one ProofJob once from the given (cached) objects.
-
-        With ``hold_progress`` a status that differs from the job's only in its partitions'
-        progress (``progress_only``) is not written: the caller writes it later, at a pace
-        of its choosing, or with the next change that matters."""
+        """Reconcile one ProofJob once from the given (cached) objects."""
         moment = now or datetime.now(UTC)
         pods = [*pods, *self._unseen_pods(job, pods)]
         written: Body | None = None
-        held = False
         early: dict[str, Future[Body | None]] = {}
         for _ in range(CONFLICT_TRIES):
             try:
@@ -125,9 +115,6 @@ class Controller:
                 # stored before a schema change. Say so on the object instead of looping.
                 self.post_event(job, Event("Warning", "InvalidSpec", str(e)))
                 return Synced(None)
-            if hold_progress and progress_only(job.get("status") or {}, decision.status):
-                held = True
-                break
             if not job.get("status") and not early:
                 # A job never synced: its first pods need no status to be safe (their names
                 # are deterministic and a lost status is rebuilt from them), so they are sent
@@ -152,7 +139,7 @@ class Controller:
             requeue = decision.requeue_after
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
-        return Synced(requeue, written, created, released, held)
+        return Synced(requeue, written, created, released)
 
     def _unseen_pods(self, job: Body, pods: list[Body]) -> list[Body]:
         """The pods the job's status shows running that the cache does not hold, read from
@@ -412,24 +399,6 @@ class Controller:
 def pods_of(pods: Iterable[Body], uid: str) -> list[Body]:
     """The pods controlled by the job with this UID."""
     return [p for p in pods if (controller_of(p) or {}).get("uid") == uid]
-
-
-def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether status ``new`` differs from ``old`` only in how far live partitions got: a
-    state among pending, scheduled and the prover's stages, and the node, worker and start
-    time that come with them. Everything else (a partition done or failed, a new attempt, the
-    counts, the phase, the conditions) is a change that matters."""
-    stored = without_nulls(new)
-    return bool(stored != old and _without_progress(stored) == _without_progress(old))
-
-
-def _without_progress(status: Mapping[str, Any]) -> dict[str, Any]:
-    partitions = [
-        {key: ("live" if key == "state" and value in LIVE_STATES else value)
-         for key, value in entry.items() if key not in PROGRESS_FIELDS}
-        for entry in status.get("partitions") or []
-    ]
-    return {**status, "partitions": partitions}
 
 
 def without_nulls(value: Any) -> Any:

@@ -167,8 +167,7 @@ def _proofjob_status() -> dict[str, Any]:
             "index": integer("Partition index, from 0.", minimum=0),
             "state": string(
                 "pending (no pod, or not scheduled), scheduled, synthesizing, synth_done, gpu,"
-                " done or failed. done and failed show within about a second, the others at"
-                " most 5 s late (the node's WorkerStatus shows the stages as they are written).",
+                " done or failed.",
                 enum=list(STATES),
             ),
             "attempt": integer(

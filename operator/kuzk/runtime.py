@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,13 +39,6 @@ SWEEP_SECONDS = 30.0
 # status write; the Job controller batches pod events the same way (syncJobBatchPeriod, 1 s).
 # A ProofJob's own events (created, spec changed, deleted) are handled at once.
 BATCH_SECONDS = 1.0
-# A sync whose status would change only in how far live partitions got (a pod scheduled, a
-# prover's stage) holds that write back for up to this long, unless a change that matters
-# (a partition done or failed, a retry, the phase) comes first and carries it. Stages move
-# every second or two on a busy job, and each status write is the operator's costliest API
-# call; the WorkerStatuses show the stages live, and the job's status shows them this late
-# at most. Done and failed partitions keep BATCH_SECONDS.
-PROGRESS_SECONDS = 5.0
 JobKey = tuple[str, str]
 Assignment = tuple[Any, ...]
 
@@ -140,8 +132,6 @@ class JobState:
     created: dict[str, Body] = field(default_factory=dict)  # pod name → the pod as created
     # pod name → (resourceVersion it replaced, the pod after its finalizer was dropped)
     released: dict[str, tuple[str, Body]] = field(default_factory=dict)
-    # When a held-back progress write is due (time.monotonic()), or None when none is held
-    progress_due: float | None = None
 
     def job(self, cached: Body) -> Body:
         rv = (cached.get("metadata") or {}).get("resourceVersion")
@@ -169,8 +159,7 @@ class JobState:
 
     @property
     def empty(self) -> bool:
-        return (self.written is None and not self.created and not self.released
-                and self.progress_due is None)
+        return self.written is None and not self.created and not self.released
 
 
 class Runtime:
@@ -270,11 +259,8 @@ class Runtime:
         job = state.job(cached)
         pods = state.pods(self.caches.job_pods(namespace, name))
         statuses = self.caches.worker_statuses()
-        started = time.monotonic()
-        hold = state.progress_due is None or started < state.progress_due
         try:
-            synced = await asyncio.to_thread(
-                self.controller.sync, job, pods, statuses, hold_progress=hold)
+            synced = await asyncio.to_thread(self.controller.sync, job, pods, statuses)
         except JobGone:
             uid = (job.get("metadata") or {}).get("uid", "")
             log.info("ProofJob %s/%s is gone; settling its pods", namespace, name)
@@ -286,16 +272,9 @@ class Runtime:
             state.created[pod["metadata"]["name"]] = slim(pod)
         for replaced, pod in synced.released:
             state.released[pod["metadata"]["name"]] = (replaced, slim(pod))
-        requeue = synced.requeue_after
-        if synced.held:
-            state.progress_due = state.progress_due or started + PROGRESS_SECONDS
-            left = max(state.progress_due - time.monotonic(), 0.0)
-            requeue = left if requeue is None else min(requeue, left)
-        else:
-            state.progress_due = None
         if state.empty:
             self.jobs.pop((namespace, name), None)
-        return requeue
+        return synced.requeue_after
 
     async def _settle_pod(self, namespace: str, name: str) -> float | None:
         pod = self.caches.pod(namespace, name)
