@@ -299,9 +299,10 @@ def _workerstatus_status() -> dict[str, Any]:
                 required=["uid"],
             ),
             "previousPodUIDs": arr(
-                "UIDs of the pods that held this worker before its current (or last) pod,"
+                "UIDs of the pods a claim took this worker from while they still held it,"
                 " newest first. A later finalizer release about one of them is stale (refused"
-                " and counted); one about a pod no worker ever held is nothing to do.",
+                " and counted); one about a pod that holds no worker (it never did, or it was"
+                " released before the next claim) is nothing to do.",
                 string("UID of a partition pod.", maxLength=64),
                 maxItems=8,
             ),

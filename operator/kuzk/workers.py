@@ -21,10 +21,11 @@ Choices the callers rely on:
 * Only a write about an assignment a worker held and has since left is stale. The prover
   releases (by ``Assignment``) only what it claimed, so its release of an assignment no
   worker holds is stale. The operator's finalizer release (by ``PodRef``) knows nothing of
-  claims: a worker remembers the pods that held it before (``previousPodUIDs``, newest first,
-  at most PREVIOUS_PODS), and a finalizer release is stale only for one of those; for any
-  other pod (preempted before its prover claimed) it is nothing to do, neither written nor
-  counted.
+  claims: a worker remembers the pods a claim took it from while they still held it
+  (``previousPodUIDs``, newest first, at most PREVIOUS_PODS), and a finalizer release is
+  stale only for one of those. For any other pod it is nothing to do, neither written nor
+  counted: one preempted before its prover claimed, or one released (by its prover or the
+  sweep) before the next pod claimed its worker, which on a busy node is most of them.
 * A missing WorkerStatus makes ``claim``, ``stage`` and ``heartbeat`` raise
   ``WorkerStatusMissing`` (the prover waits for the operator to create it); ``release`` and
   ``sweep`` treat it as nothing to do, so a pod's finalizer never sticks.
@@ -169,9 +170,11 @@ def _held_before(workers: list[dict[str, Any]], pod_uid: str) -> bool:
 
 
 def _remember(worker: dict[str, Any], pod_uid: str) -> None:
-    """Before ``pod_uid`` takes ``worker``, put the pod that held it into previousPodUIDs."""
+    """Before ``pod_uid`` takes ``worker``, put the pod that still held it (proving) into
+    previousPodUIDs. A pod the worker was released from is not remembered: its assignment
+    ended, and a later finalizer release of it is done already, not stale."""
     held = (worker.get("pod") or {}).get("uid")
-    if not held or held == pod_uid:
+    if not held or held == pod_uid or worker.get("state") != "proving":
         return
     previous = [u for u in worker.get("previousPodUIDs") or [] if u not in (held, pod_uid)]
     worker["previousPodUIDs"] = [held, *previous][:PREVIOUS_PODS]
@@ -287,8 +290,9 @@ def decide_release(
     """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
     outcome is success). A pod already released is a no-op. Otherwise the release is stale
     when ``who`` held a worker: always for an Assignment (the prover's, which claimed), for a
-    PodRef (the finalizer's) when a worker remembers the pod; else the pod never held a worker
-    and the release is a no-op."""
+    PodRef (the finalizer's) when a claim took a worker from the pod; else the pod holds no
+    worker (it never did, or it was released before the next claim) and the release is a
+    no-op."""
     workers = copy.deepcopy(status.get("workers") or [])
     uid = (who if isinstance(who, PodRef) else who.pod).uid
     holders = _holders(workers, uid)
@@ -301,7 +305,7 @@ def decide_release(
     if isinstance(who, Assignment) or _held_before(workers, uid):
         return _refuse(status, "release", who, now)
     return WriteDecision(
-        None, False, notes=(f"{describe(who)} never held a worker: nothing to release",)
+        None, False, notes=(f"{describe(who)} holds no worker: nothing to release",)
     )
 
 

@@ -112,7 +112,7 @@ def test_claim_of_an_idle_worker_keeps_its_completed_count() -> None:
     (worker,) = got.status["workers"]
     assert (worker["state"], worker["completed"], worker["pod"]["uid"]) == ("proving", 5, "uid-a")
     assert "stage" not in worker and got.notes == ()
-    assert worker["previousPodUIDs"] == ["uid-b"]
+    assert "previousPodUIDs" not in worker, "B released it: B's assignment is over, not stale"
 
 
 def test_previous_pods_are_newest_first_unique_and_bounded() -> None:
@@ -217,6 +217,34 @@ def test_release_of_a_pod_already_released_writes_nothing() -> None:
     assert (got.status, got.result, got.stale) == (None, False, None)
 
 
+def test_finalizer_release_after_the_provers_release_and_the_next_claim_is_not_stale() -> None:
+    """On a busy node the next pod claims the GPU before the operator's finalizer release of
+    the last one arrives: that release is done already, not a stale write."""
+    claimed = decide_claim({}, GPU0, A, NOW).status
+    assert claimed is not None
+    released = decide_release(claimed, A, "succeeded", NOW).status
+    assert released is not None
+    reclaimed = decide_claim(released, GPU0, B, LATER).status
+    assert reclaimed is not None
+    got = decide_release(reclaimed, A.pod, "succeeded", LATER)
+    assert (got.status, got.result, got.stale) == (None, False, None)
+    (note,) = got.notes
+    assert "uid-a)" in note and "holds no worker" in note
+
+
+def test_finalizer_release_after_a_claim_took_the_worker_is_stale() -> None:
+    """The bug kuzk exists for: A still held the GPU when B claimed it (A's pod was over, its
+    prover never released), and A's late finalizer release must not touch B's worker."""
+    claimed = decide_claim({}, GPU0, A, NOW).status
+    assert claimed is not None
+    taken = decide_claim(claimed, GPU0, B, LATER).status
+    assert taken is not None
+    got = decide_release(taken, A.pod, "disrupted", LATER)
+    assert got.status is not None and got.stale == "release" and got.result is False
+    assert got.status["staleWritesRejected"] == 1
+    assert got.status["workers"][0]["pod"]["uid"] == "uid-b"
+
+
 def held_before(worker: dict[str, Any], *pods: Assignment) -> dict[str, Any]:
     return {**worker, "previousPodUIDs": [p.pod_uid for p in pods]}
 
@@ -236,7 +264,7 @@ def test_finalizer_release_of_a_pod_that_never_held_a_worker_writes_nothing(
     got = decide_release(before, A.pod, "disrupted", LATER)
     assert (got.status, got.result, got.stale) == (None, False, None)
     (note,) = got.notes
-    assert "uid-a)" in note and "never held a worker" in note
+    assert "uid-a)" in note and "holds no worker" in note
 
 
 @pytest.mark.parametrize("before", NEVER_HELD.values(), ids=NEVER_HELD.keys())

@@ -123,6 +123,13 @@ def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace:
     assert sum(w.get("completed", 0) for w in workers) == 16
     assert {w["gpu"]["uuid"] for w in workers} == {
         g for spec in kubelet.nodes.values() for g in spec.gpu_uuids()}
+    # Every prover released its own worker, so the operator's finalizer releases, before or
+    # after the next pod's claim, were done already: none of them is a stale write.
+    custom = client.CustomObjectsApi(cluster.api)
+    stale = [custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
+                                              n)["status"].get("staleWritesRejected", 0)
+             for n in sorted(kubelet.nodes)]
+    assert stale == [0, 0]
 
 
 def _pid_of(kubelet: ProcessKubelet, pod_uid: str) -> int | None:

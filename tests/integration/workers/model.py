@@ -3,9 +3,10 @@ choices documented in ``kuzk.workers`` (it imports nothing from that module), so
 compare the real object against a second, separate reading of the protocol.
 
 The model keeps only what the protocol decides: per worker its ID, GPU, state, stage, job,
-partition, attempt, pod UID, completed count and the pods that held it before (newest first),
-and the node's refused-write count. The finalizer's release is stale only for a pod a worker
-remembers; for a pod that never held a worker it writes nothing.
+partition, attempt, pod UID, completed count and the pods a claim took it from while they
+still held it (newest first), and the node's refused-write count. The finalizer's release is
+stale only for a pod a worker remembers; for a pod that holds no worker (never did, or was
+released before the next claim) it writes nothing.
 Timestamps are the API server's business and are checked for presence only.
 """
 
@@ -53,10 +54,10 @@ class NodeModel:
             self.workers[gpu] = ModelWorker(f"W{len(self.workers)}", gpu)
         worker = self.workers[gpu]
         if not (worker.state == "proving" and worker.job == job):
-            current = worker.job.pod_uid if worker.job else worker.last_pod
+            current = worker.job.pod_uid if worker.state == "proving" and worker.job else None
             if current is not None and current != job.pod_uid:
                 worker.previous = [current, *(p for p in worker.previous if p != current)]
-            worker.previous = [p for p in worker.previous if p != job.pod_uid]
+                worker.previous = [p for p in worker.previous if p != job.pod_uid]
             worker.state, worker.stage, worker.job = "proving", None, job
         return worker.id
 

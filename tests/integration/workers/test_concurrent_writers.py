@@ -1,5 +1,6 @@
 """Eight writers (four threads, four processes) hammer one node's WorkerStatus over four GPUs
-with claim, stage, heartbeat and release in random orders, plus deliberate late writes about
+with claim, stage, heartbeat and release in random orders, provers that die before their
+release (the next claim takes the GPU from them), plus deliberate late writes about
 assignments a GPU has left. The model: each GPU runs one assignment at a time (a lease per
 GPU, as the kubelet's exclusivity), so its last assignment, its completed count and the
 number of refused writes are known. A watch records every version of the object in between;
@@ -82,11 +83,13 @@ def run_writers(
     spawn = multiprocessing.get_context("spawn")
     leases = [spawn.Lock() for _ in gpus]
     orders = spawn.RawArray("i", len(gpus))
+    takeovers = spawn.RawArray("i", len(gpus))
     queue = spawn.Queue()
 
     def args(writer: int) -> tuple[Any, ...]:
         ops = OPERATIONS_PER_WRITER
-        return (str(cluster.kubeconfig), node, writer, gpus, leases, orders, ops, 1000 + writer)
+        return (str(cluster.kubeconfig), node, writer, gpus, leases, orders, takeovers, ops,
+                1000 + writer)
 
     processes = [
         spawn.Process(target=process_main, args=(queue, *args(THREADS + i)), daemon=True)

@@ -124,14 +124,24 @@ def test_the_finalizer_after_the_provers_own_release_is_not_stale(
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
+    """The operator's finalizer release after the prover's own release is done already, before
+    and after the next pod has claimed the GPU (at once, on a busy node): it leaves the next
+    pod's worker and the count alone."""
     node = worker_status()
-    a = make_assignment()
+    a, b = make_assignment(), make_assignment(partition=1)
     claim(admin, node, GPU, a)
     assert release(admin, node, a, "succeeded") is True
     assert release(admin, node, a.pod, "succeeded") is False
     status = read_worker_status(admin, node)["status"]
     assert worker(status, "W0")["completed"] == 1
     assert worker(status, "W0")["state"] == "idle"
+    assert status["staleWritesRejected"] == 0
+
+    assert claim(admin, node, GPU, b) == "W0"
+    assert release(admin, node, a.pod, "succeeded") is False
+    status = read_worker_status(admin, node)["status"]
+    w0 = worker(status, "W0")
+    assert (w0["state"], w0["pod"]["uid"], w0["completed"]) == ("proving", b.pod_uid, 1)
     assert status["staleWritesRejected"] == 0
 
 
@@ -178,4 +188,5 @@ def test_a_pod_preempted_before_it_claims_is_not_a_stale_write(
     assert (w0["state"], w0["pod"]["uid"], w0["completed"]) == ("idle", "uid-e", 1)
     log = operator.text()
     assert "refused stale release" not in log
-    assert f"{victim.metadata.name} ({victim.metadata.uid}) never held a worker" in log
+    assert f"{victim.metadata.name} ({victim.metadata.uid}) holds no worker" in log
+
