@@ -312,6 +312,13 @@ def worker_statuses(custom: client.CustomObjectsApi) -> int:
     return len(listing.get("items", []))
 
 
+def stale_writes(custom: client.CustomObjectsApi) -> int:
+    """The refused stale writes of every WorkerStatus, as the status server sums them."""
+    listing = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
+    return sum(int((ws.get("status") or {}).get("staleWritesRejected") or 0)
+               for ws in listing.get("items", []))
+
+
 def clear(cluster: Cluster, system: str, ns: str) -> None:
     """Delete a phase's jobs and wait until their pods are gone too. The namespace stays, so
     that the operator's watches in it go on without a new list."""
@@ -450,7 +457,7 @@ def report(result: Obj) -> None:
           f"  ProofJobs: {sw['summary']}\n  Jobs:      {result['standin_job']['summary']}")
 
 
-def _standin_summary(before: Obj, after: Obj) -> Obj:
+def _standin_summary(before: Obj, after: Obj, stale: int) -> Obj:
     counts = Counter(after["counts"])
     counts.subtract(before["counts"])
     latency = {op: sorted(v[len(before["latency"][op]):]) for op, v in after["latency"].items()}
@@ -464,8 +471,9 @@ def _standin_summary(before: Obj, after: Obj) -> Obj:
             f"{_fmt(_quantile(latency['claim'], .99), '.3f')} s, release p50/p99 "
             f"{_fmt(_quantile(latency['release'], .5), '.3f')}/"
             f"{_fmt(_quantile(latency['release'], .99), '.3f')} s; "
-            f"writes that gave up (WorkerWriteConflict): {gave_up}")
-    return {"counts": {k: v for k, v in counts.items() if v}, "summary": line,
+            f"writes that gave up (WorkerWriteConflict): {gave_up}; stale writes refused "
+            f"(staleWritesRejected, every writer): {stale}")
+    return {"counts": {k: v for k, v in counts.items() if v}, "summary": line, "stale": stale,
             "claim_p99_s": _quantile(latency["claim"], .99),
             "release_p99_s": _quantile(latency["release"], .99), "gave_up": gave_up}
 
@@ -638,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
             ns, jobs, what = ((KUZK_NS, manifests, "ProofJobs") if system == KUZK
                               else (JOB_NS, twins, "Jobs"))
             cpu_before, standin_before = cpu_by_process(pids), stats_of(port)
+            stale_before = stale_writes(custom)
             audit_start = plane.audit_log.stat().st_size
             operator_cpu_start = cpu_seconds(operator.pid) if operator is not None else 0.0
             syncs_start = read_syncs(syncs_file)
@@ -655,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
             load[f"{system}_after"] = os.getloadavg()[0]
             last[system] = phase
             seconds[system].append(phase.t_end - phase.t0)
-            standin_stats[system] = _standin_summary(standin_before, stats_of(port))
+            standin_stats[system] = _standin_summary(standin_before, stats_of(port),
+                                                     stale_writes(custom) - stale_before)
             for name, used in cpu_by_process(pids).items():
                 phase_cpu[system][name] += used - cpu_before[name]
             if operator is not None:
