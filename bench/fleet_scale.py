@@ -307,16 +307,15 @@ def check_nodes(cluster: Cluster, names: set[str], phase: str) -> int:
     return missing
 
 
-def worker_statuses(custom: client.CustomObjectsApi) -> int:
+def worker_statuses(custom: client.CustomObjectsApi) -> list[Obj]:
     listing = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
-    return len(listing.get("items", []))
+    return list(listing.get("items", []))
 
 
 def stale_writes(custom: client.CustomObjectsApi) -> int:
     """The refused stale writes of every WorkerStatus, as the status server sums them."""
-    listing = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
     return sum(int((ws.get("status") or {}).get("staleWritesRejected") or 0)
-               for ws in listing.get("items", []))
+               for ws in worker_statuses(custom))
 
 
 def clear(cluster: Cluster, system: str, ns: str) -> None:
@@ -455,9 +454,12 @@ def report(result: Obj) -> None:
     sw = result["standin"]
     print(f"\nstand-in prover (one process, kuzk_prover.reporter's ProverReporter)\n"
           f"  ProofJobs: {sw['summary']}\n  Jobs:      {result['standin_job']['summary']}")
+    stale = result["stale_writes_refused"]
+    print(f"stale writes refused (the WorkerStatuses' staleWritesRejected, every writer): "
+          f"{stale[KUZK]} in the ProofJob phases, {stale[JOB]} in the Job phases")
 
 
-def _standin_summary(before: Obj, after: Obj, stale: int) -> Obj:
+def _standin_summary(before: Obj, after: Obj) -> Obj:
     counts = Counter(after["counts"])
     counts.subtract(before["counts"])
     latency = {op: sorted(v[len(before["latency"][op]):]) for op, v in after["latency"].items()}
@@ -471,9 +473,8 @@ def _standin_summary(before: Obj, after: Obj, stale: int) -> Obj:
             f"{_fmt(_quantile(latency['claim'], .99), '.3f')} s, release p50/p99 "
             f"{_fmt(_quantile(latency['release'], .5), '.3f')}/"
             f"{_fmt(_quantile(latency['release'], .99), '.3f')} s; "
-            f"writes that gave up (WorkerWriteConflict): {gave_up}; stale writes refused "
-            f"(staleWritesRejected, every writer): {stale}")
-    return {"counts": {k: v for k, v in counts.items() if v}, "summary": line, "stale": stale,
+            f"writes that gave up (WorkerWriteConflict): {gave_up}")
+    return {"counts": {k: v for k, v in counts.items() if v}, "summary": line,
             "claim_p99_s": _quantile(latency["claim"], .99),
             "release_p99_s": _quantile(latency["release"], .99), "gave_up": gave_up}
 
@@ -601,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                     calls[f"watch {r}"] for r in ("proofjobs", "pods", "workerstatuses", "nodes"))
 
             wait_for(watching, 120, "the operator's watches", 0.5)
-            wait_for(lambda: worker_statuses(custom) >= args.nodes or op.poll() is not None,
+            wait_for(lambda: len(worker_statuses(custom)) >= args.nodes or op.poll() is not None,
                      120, f"{args.nodes} WorkerStatuses created by the operator", 0.5)
             if op.poll() is not None:
                 msg = f"the operator exited {op.returncode}; see {log}"
@@ -629,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds: dict[str, list[float]] = {KUZK: [], JOB: []}
         last: dict[str, Phase] = {}  # each system's last phase
         standin_stats: dict[str, Obj] = {}
+        stale: dict[str, int] = {KUZK: 0, JOB: 0}  # stale writes refused, by phase
         requests, attempts, syncs, rss = Requests(), 0, 0, 0.0
         # Rounds alternate which system goes first, so neither always meets a fresh or a used
         # control plane.
@@ -664,8 +666,8 @@ def main(argv: list[str] | None = None) -> int:
             load[f"{system}_after"] = os.getloadavg()[0]
             last[system] = phase
             seconds[system].append(phase.t_end - phase.t0)
-            standin_stats[system] = _standin_summary(standin_before, stats_of(port),
-                                                     stale_writes(custom) - stale_before)
+            standin_stats[system] = _standin_summary(standin_before, stats_of(port))
+            stale[system] += stale_writes(custom) - stale_before
             for name, used in cpu_by_process(pids).items():
                 phase_cpu[system][name] += used - cpu_before[name]
             if operator is not None:
@@ -701,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": seconds, "round_ratios": ratios,
             "standin": standin_stats[KUZK],
             "standin_job": standin_stats[JOB],
+            "stale_writes_refused": stale,
         }
         result["completion_ratio"] = statistics.median(ratios)
         report(result)

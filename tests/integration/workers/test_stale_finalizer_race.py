@@ -189,4 +189,3 @@ def test_a_pod_preempted_before_it_claims_is_not_a_stale_write(
     log = operator.text()
     assert "refused stale release" not in log
     assert f"{victim.metadata.name} ({victim.metadata.uid}) holds no worker" in log
-
