@@ -22,7 +22,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kuzk import api, workers
+from kuzk import api, workers, workerstatus
 from kuzk.actions import CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
 from kuzk.observe import is_deleting, release_action, worker_outcome
 from kuzk.pods import PodSettings
@@ -43,16 +43,6 @@ def controller_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
         if owner.get("kind") == api.PROOFJOB_KIND and owner.get("controller"):
             return dict(owner)
     return None
-
-
-def already_released(worker_status: Mapping[str, Any] | None, pod_uid: str) -> bool:
-    """Whether the node's WorkerStatus shows the pod's worker released (idle, naming the
-    pod): then the finalizer release has nothing to write. Workers only move forward from
-    there, so a cache older than the API server cannot make this wrongly true."""
-    for worker in ((worker_status or {}).get("status") or {}).get("workers") or []:
-        if (worker.get("pod") or {}).get("uid") == pod_uid:
-            return bool(worker.get("state") != "proving")
-    return False
 
 
 class Conflict(Exception):
@@ -131,8 +121,7 @@ class Controller:
             msg = f"{_name(job)} kept changing under the operator"
             raise Conflict(msg)
         by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-        ws_by_node = {(w.get("spec") or {}).get("nodeName"): w for w in worker_statuses}
-        created, released = self._apply(written or job, decision, by_name, ws_by_node, early)
+        created, released = self._apply(written or job, decision, by_name, early)
         if decision.ttl_expired:
             requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
         elif decision.status.get("phase") in api.FINISHED_PHASES:
@@ -190,7 +179,6 @@ class Controller:
         job: Body,
         decision: Decision,
         pods: Mapping[str | None, Body],
-        ws_by_node: Mapping[str | None, Body],
         early: Mapping[str, Future[Body | None]],
     ) -> tuple[list[Body], list[tuple[str, Body]]]:
         ns = job["metadata"]["namespace"]
@@ -208,7 +196,7 @@ class Controller:
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
                 pod = pods.get(action.pod_name)
-                after = self.release(ns, action, pod, ws_by_node.get(action.node))
+                after = self.release(ns, action, pod)
                 if pod is not None and after is not None:
                     released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))
             elif isinstance(action, Event):
@@ -256,18 +244,19 @@ class Controller:
         ns: str,
         action: ReleaseWorker,
         pod: Body | None = None,
-        worker_status: Body | None = None,
     ) -> Body | None:
         """The finalizer write: release the worker (guarded), then drop the finalizer.
 
-        ``pod`` and ``worker_status`` come from the caller's cache; without ``pod`` it is read.
-        A worker status that already shows the pod released saves the guarded write. Returns
-        the pod as the finalizer patch left it (None when no patch was made)."""
+        ``pod`` comes from the caller's cache; without it, it is read. The guarded write is
+        made whatever a cached WorkerStatus shows: a cache that lags behind the pod's join
+        would otherwise leave its lane (and the GPU phase, if it held it) to the sweep. A pod
+        without a lane costs the GET only. Returns the pod as the finalizer patch left it
+        (None when no patch was made)."""
         if pod is None:
             pod = self._read_pod(ns, action.pod_name)
         if pod is None or (pod.get("metadata") or {}).get("uid") != action.pod_uid:
             return None
-        if action.node and not already_released(worker_status, action.pod_uid):
+        if action.node:
             outcome = worker_outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
             released = workers.release(self.api_client, action.node, ref, outcome)
@@ -317,9 +306,7 @@ class Controller:
         raise Conflict(msg)
 
     # --- pods without their job ------------------------------------------------------------
-    def settle_orphan(
-        self, pod: Body, worker_status: Body | None, now: datetime | None = None
-    ) -> float | None:
+    def settle_orphan(self, pod: Body, now: datetime | None = None) -> float | None:
         """A partition pod whose ProofJob is gone (deleted with any propagation policy, or
         the pod orphaned with --cascade=orphan): kuzk adopts nothing, so the pod is deleted,
         its worker released (guarded) once its container has stopped, and its finalizer
@@ -344,7 +331,7 @@ class Controller:
             pod = self._body(deleted)
         action = release_action(pod, moment)
         if action is not None:
-            self.release(ns, action, pod, worker_status)
+            self.release(ns, action, pod)
             return None
         if api.FINALIZER not in ((pod.get("metadata") or {}).get("finalizers") or []):
             return None
@@ -367,11 +354,8 @@ class Controller:
 
     # --- nodes and workers ---------------------------------------------------------------
     def gpus(self, node: Mapping[str, Any]) -> int:
-        capacity = (node.get("status") or {}).get("capacity") or {}
-        try:
-            return int(capacity.get(self.settings.gpu_resource, 0) or 0)
-        except ValueError:
-            return 0
+        """The node's physical GPUs (``workerstatus.physical_gpus``, replicas not counted)."""
+        return workerstatus.physical_gpus(node, self.settings.gpu_resource)
 
     def ensure_worker_status(self, node_name: str, node_uid: str) -> None:
         """Create the GPU node's WorkerStatus, owned by the Node, if absent."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from kuzk import api
+from kuzk import api, workerstatus
 from kuzk.actions import ReleaseWorker
 from kuzk.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
 
@@ -53,15 +53,15 @@ class Outcome:
 
 
 def worker_claims(workers: Iterable[Mapping[str, Any]]) -> dict[str, Claim]:
-    """Index the proving workers of all WorkerStatuses by the pod UID they are working for."""
+    """Index the lanes of all WorkerStatuses by the pod UID they belong to; a lane's stage is
+    shown as the partition state ``workerstatus.PARTITION_STATE`` names."""
     claims: dict[str, Claim] = {}
     for status_object in workers:
         node = (status_object.get("spec") or {}).get("nodeName", "")
-        for worker in (status_object.get("status") or {}).get("workers") or []:
-            pod_uid = (worker.get("pod") or {}).get("uid")
-            if worker.get("state") == "proving" and pod_uid:
-                stage = worker.get("stage")
-                claims[pod_uid] = Claim(node, str(worker.get("id", "")), stage)
+        for worker in workerstatus.parse(status_object.get("status")).workers:
+            for lane in worker.lanes:
+                state = workerstatus.PARTITION_STATE[lane.stage]
+                claims[lane.pod.uid] = Claim(node, worker.id, state)
     return claims
 
 

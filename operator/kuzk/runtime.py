@@ -27,7 +27,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuzk import api
+from kuzk import api, workerstatus
 from kuzk.clock import Gone, WorkQueue
 from kuzk.controller import Body, Controller, JobGone, controller_of, pods_of
 from kuzk.observe import worker_outcome
@@ -99,23 +99,22 @@ def pod_keys(pod: Mapping[str, Any]) -> dict[tuple[str, ...], Body]:
 
 
 def assignments(worker_status: Mapping[str, Any] | None) -> dict[str, Assignment]:
-    """What a job's status shows of each worker: state, stage and assignment (not the
-    heartbeat, which changes every few seconds and tells a job nothing)."""
+    """What a job's status shows of each lane, by pod UID: the partition state its stage
+    shows as, and its job (not the heartbeat, which changes every few seconds and tells a job
+    nothing)."""
     out: dict[str, Assignment] = {}
-    for worker in ((worker_status or {}).get("status") or {}).get("workers") or []:
-        job = worker.get("job") or {}
-        out[str(worker.get("id"))] = (
-            worker.get("state"), worker.get("stage"), job.get("namespace"), job.get("name"),
-            (worker.get("pod") or {}).get("uid"),
-        )
+    for worker in workerstatus.parse((worker_status or {}).get("status")).workers:
+        for lane in worker.lanes:
+            state = workerstatus.PARTITION_STATE[lane.stage]
+            out[lane.pod.uid] = (worker.id, state, lane.job.namespace, lane.job.name)
     return out
 
 
 def changed_jobs(old: Mapping[str, Assignment], new: Mapping[str, Assignment]) -> set[JobKey]:
-    """The jobs whose workers' state, stage or assignment differ between two views."""
+    """The jobs whose lanes' worker or shown state differ between two views."""
     jobs: set[JobKey] = set()
-    for worker in old.keys() | new.keys():
-        before, after = old.get(worker), new.get(worker)
+    for pod in old.keys() | new.keys():
+        before, after = old.get(pod), new.get(pod)
         if before == after:
             continue
         for view in (before, after):
@@ -285,9 +284,7 @@ class Runtime:
         if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
             self.queue.kick(("job", namespace, owner["name"]))
             raise Gone
-        node = (pod.get("spec") or {}).get("nodeName")
-        ws = self.caches.worker_status(node)
-        delay = await asyncio.to_thread(self.controller.settle_orphan, pod, ws)
+        delay = await asyncio.to_thread(self.controller.settle_orphan, pod)
         if delay is None and owner and not (pod.get("metadata") or {}).get("deletionTimestamp"):
             # Its job exists after all (the cache had not seen it yet): the job's sync owns it.
             self.queue.kick(("job", namespace, owner["name"]))

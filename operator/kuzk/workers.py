@@ -2,51 +2,70 @@
 
 The engine kuzk replaces kept worker state in memory, and a late finalizer marked a worker idle
 while it was proving the next partition. Here a worker's state lives in its node's
-WorkerStatus, and every write names the assignment (pod UID) it is about and is made the same
-way: GET the object, decide from what it says (pure ``decide_*`` functions, unit-tested
-without a cluster), then replace ``/status`` carrying the ``resourceVersion`` that was read; on
-409 read and decide again. A write about an assignment the worker no longer holds is stale: it
-is refused, logged, and counted in the WorkerStatus's ``status.staleWritesRejected``, which
-the status server sums into ``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
+WorkerStatus (the typed model ``kuzk.workerstatus``), and every write names the pod it is
+about and is made the same way: GET the object, decide from what it says (pure ``decide_*``
+functions, unit-tested without a cluster), then replace ``/status`` carrying the
+``resourceVersion`` that was read; on 409 read and decide again. A write about something the
+pod no longer holds is stale: it is refused, logged, and counted in the WorkerStatus's
+``status.staleWritesRejected``, which the status server sums into
+``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
 
-The prover's side (its env, credentials, heartbeat thread and retries through API outages)
-is ``kuzk_prover.reporter.ProverReporter``; this module is what both sides share.
+A GPU carries lanes (pods on the same GPU through time-slicing replicas); one lane at most
+holds its GPU phase. A prover ``join``s its GPU's lanes when it starts, reports its stages,
+``acquire``s the GPU phase when its synthesis is done (waiting on a watch of the object while
+another lane holds it), gives it up with ``release_gpu`` as soon as its GPU work is done,
+and ``leave``s when it exits. The operator's finalizer ``release`` and the periodic
+``sweep`` remove the lane (and the GPU phase with it) of a pod that is gone, and only of that
+pod.
 
 Choices the callers rely on:
 
-* ``claim`` sets ``state: proving`` without a ``stage``; the prover's first ``on_stage`` sets
-  it. A worker is the worker of one GPU UUID (``W<k>``, the lowest free k, kept for good).
-* An idle worker keeps the ``pod`` it last released, so the operator's finalizer release after
-  the prover's own release is recognised as already done rather than counted as stale.
-* Only a write about an assignment a worker held and has since left is stale. The prover
-  releases (by ``Assignment``) only what it claimed, so its release of an assignment no
-  worker holds is stale. The operator's finalizer release (by ``PodRef``) knows nothing of
-  claims: a worker remembers the pods a claim took it from while they still held it
-  (``previousPodUIDs``, newest first, at most PREVIOUS_PODS), and a finalizer release is
-  stale only for one of those. For any other pod it is nothing to do, neither written nor
-  counted: one preempted before its prover claimed, or one released (by its prover or the
-  sweep) before the next pod claimed its worker, which on a busy node is most of them.
-* A missing WorkerStatus makes ``claim``, ``stage`` and ``heartbeat`` raise
-  ``WorkerStatusMissing`` (the prover waits for the operator to create it); ``release`` and
-  ``sweep`` treat it as nothing to do, so a pod's finalizer never sticks.
+* ``acquire`` is granted only when no lane holds the GPU phase and no waiting lane comes
+  before this one (higher priority, then the one ready first). A holder is only ever taken
+  away by its own ``release_gpu``/``leave``, the finalizer release of its pod, or the sweep
+  when its pod is gone: the prover cannot see pods, the operator can.
+* The prover's writes (by ``Assignment``) are about a lane it joined: a stage, heartbeat or
+  leave of a lane that is gone, and a ``release_gpu`` of a lane that does not hold the GPU
+  phase (another lane took it since), are stale. The operator's finalizer release (by
+  ``PodRef``) knows nothing of lanes: for a pod without a lane (its prover left, or it never
+  joined) it is nothing to do, neither written nor counted, unless the sweep took the GPU
+  phase from that pod while it held it (``previousPodUIDs``).
+* ``claim`` is ``join`` and then ``acquire`` for a prover that holds its GPU for its whole
+  run (``release`` by its Assignment is then ``leave``).
+* A missing WorkerStatus makes the prover's writes raise ``WorkerStatusMissing`` (the prover
+  waits for the operator to create it); ``release`` and ``sweep`` treat it as nothing to do,
+  so a pod's finalizer never sticks.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, Generic, TypeVar, cast
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from kuzk import api as kapi
-from kuzk.api import WORKER_STAGES, WorkerOutcome
+from kuzk.api import WorkerOutcome
+from kuzk.workerstatus import (
+    PREVIOUS_PODS,
+    Gpu,
+    Holder,
+    JobRef,
+    Lane,
+    LaneStage,
+    PodRef,
+    Worker,
+    WorkerStatusModel,
+    lane_priority,
+    parse,
+)
 
 log = logging.getLogger("kuzk.workers")
 
@@ -59,8 +78,23 @@ BACKOFF_CAP_S = 0.25
 # only after 2 min (answers are slow under load, and a write that times out may have landed).
 _TIMEOUTS = (10.0, 120.0)
 HEARTBEAT_INTERVAL_S = 10.0
-PREVIOUS_PODS = 8
 SWEEP_MISSED_HEARTBEATS = 3
+# A waiting lane's watch ends after this long and the lane asks again, so a change the watch
+# missed (a dropped connection) costs at most this much.
+ACQUIRE_WATCH_S = 10
+
+__all__ = [
+    "PREVIOUS_PODS",
+    "Acquired",
+    "Assignment",
+    "Gpu",
+    "PodRef",
+    "Released",
+    "WorkerStatusMissing",
+    "WorkerWriteConflict",
+    "WriteDecision",
+]
+
 
 class WorkerStatusMissing(LookupError):
     """The node's WorkerStatus does not exist (not created yet, or its node is gone)."""
@@ -68,31 +102,6 @@ class WorkerStatusMissing(LookupError):
 
 class WorkerWriteConflict(RuntimeError):
     """The object kept changing under the write (409 Conflict) for the whole retry budget."""
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """The GPU a worker drives; the UUID is its identity."""
-
-    uuid: str
-    name: str = ""
-    memory_bytes: int | None = None
-
-    def as_status(self) -> dict[str, Any]:
-        gpu: dict[str, Any] = {"uuid": self.uuid}
-        if self.name:
-            gpu["name"] = self.name
-        if self.memory_bytes is not None:
-            gpu["memoryBytes"] = self.memory_bytes
-        return gpu
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """A partition pod: what the operator knows of an assignment when its pod terminates."""
-
-    name: str
-    uid: str
 
 
 @dataclass(frozen=True)
@@ -113,10 +122,23 @@ class Assignment:
     def pod(self) -> PodRef:
         return PodRef(self.pod_name, self.pod_uid)
 
+    @property
+    def job(self) -> JobRef:
+        return JobRef(self.job_namespace, self.job_name, self.job_uid, self.proof_kind)
+
+
+class Acquired(StrEnum):
+    """What an ``acquire`` came to: the GPU phase is this lane's, the lane waits for it, or
+    the lane is gone (stale: the sweep or the finalizer removed it)."""
+
+    GRANTED = "granted"
+    WAITING = "waiting"
+    GONE = "gone"
+
 
 @dataclass(frozen=True)
 class Released:
-    """A worker freed by a sweep."""
+    """A lane removed by a sweep."""
 
     worker_id: str
     pod: PodRef
@@ -145,168 +167,188 @@ def describe(who: Assignment | PodRef) -> str:
     )
 
 
-def _describe_worker(worker: Mapping[str, Any]) -> str:
-    pod = worker.get("pod") or {}
-    if worker.get("state") != "proving":
-        return f"{worker.get('id')} idle"
-    job = worker.get("job") or {}
-    return (
-        f"{worker.get('id')} proving {job.get('namespace')}/{job.get('name')} partition"
-        f" {worker.get('partition')} attempt {worker.get('attempt')}"
-        f" pod {pod.get('name')} ({pod.get('uid')})"
+def _describe_worker(worker: Worker) -> str:
+    if not worker.lanes:
+        return f"{worker.id} idle"
+    holder = worker.holder.pod.name if worker.holder is not None else "none"
+    lanes = ", ".join(
+        f"{lane.job.namespace}/{lane.job.name} P{lane.partition} pod {lane.pod.name}"
+        f" ({lane.pod.uid}) {lane.stage}"
+        for lane in worker.lanes
     )
+    return f"{worker.id} GPU phase held by {holder}; lanes: {lanes}"
 
 
-def _holders(workers: list[dict[str, Any]], pod_uid: str) -> list[dict[str, Any]]:
-    return [
-        w
-        for w in workers
-        if w.get("state") == "proving" and (w.get("pod") or {}).get("uid") == pod_uid
-    ]
-
-
-def _held_before(workers: list[dict[str, Any]], pod_uid: str) -> bool:
-    return any(pod_uid in (w.get("previousPodUIDs") or []) for w in workers)
-
-
-def _remember(worker: dict[str, Any], pod_uid: str) -> None:
-    """Before ``pod_uid`` takes ``worker``, put the pod that still held it (proving) into
-    previousPodUIDs. A pod the worker was released from is not remembered: its assignment
-    ended, and a later finalizer release of it is done already, not stale."""
-    held = (worker.get("pod") or {}).get("uid")
-    if not held or held == pod_uid or worker.get("state") != "proving":
-        return
-    previous = [u for u in worker.get("previousPodUIDs") or [] if u not in (held, pod_uid)]
-    worker["previousPodUIDs"] = [held, *previous][:PREVIOUS_PODS]
-
-
-def _new_status(
-    old: Mapping[str, Any], workers: list[dict[str, Any]], now: datetime, stale: int = 0
+def _write(
+    model: WorkerStatusModel, old: WorkerStatusModel, now: datetime, stale: int = 0
 ) -> dict[str, Any]:
-    status = {k: v for k, v in old.items() if k not in ("workers", "proving", "workerCount")}
-    status["workers"] = workers
-    status["proving"] = sum(1 for w in workers if w.get("state") == "proving")
-    status["workerCount"] = len(workers)
-    status["staleWritesRejected"] = int(old.get("staleWritesRejected") or 0) + stale
-    status["updatedAt"] = kapi.format_time(now, millis=True)
-    return status
+    """The stored status of ``model``; a worker whose state changed since ``old`` gets
+    ``since`` = now."""
+    workers = []
+    for worker in model.workers:
+        before = old.worker(worker.id)
+        if before is None or before.state != worker.state or worker.since is None:
+            worker = replace(worker, since=now)
+        workers.append(worker)
+    changed = replace(
+        model,
+        workers=tuple(workers),
+        stale_writes_rejected=model.stale_writes_rejected + stale,
+    )
+    return changed.as_status(now)
 
 
 def _refuse(
-    status: Mapping[str, Any], operation: str, who: Assignment | PodRef, now: datetime
-) -> WriteDecision[bool]:
-    workers = copy.deepcopy(status.get("workers") or [])
-    held = "; ".join(_describe_worker(w) for w in workers) or "no workers"
+    model: WorkerStatusModel, operation: str, who: Assignment | PodRef, now: datetime
+) -> WriteDecision[Any]:
+    held = "; ".join(_describe_worker(w) for w in model.workers) or "no workers"
     note = f"refused stale {operation} of {describe(who)}: the node's workers hold: {held}"
-    return WriteDecision(_new_status(status, workers, now, stale=1), False, operation, (note,))
+    return WriteDecision(_write(model, model, now, stale=1), False, operation, (note,))
 
 
-def decide_claim(
+def _lane_of(model: WorkerStatusModel, uid: str) -> tuple[Worker, Lane] | None:
+    worker = model.worker_of_pod(uid)
+    if worker is None:
+        return None
+    lane = worker.lane(uid)
+    return None if lane is None else (worker, lane)
+
+
+def decide_join(
     status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime
 ) -> WriteDecision[str]:
-    """Mark the worker of ``gpu`` proving ``assignment``; add the worker if it is new."""
-    workers = copy.deepcopy(status.get("workers") or [])
-    worker = next((w for w in workers if (w.get("gpu") or {}).get("uuid") == gpu.uuid), None)
-    if worker is None:
-        used = {str(w.get("id")) for w in workers}
-        free = next(k for k in range(len(workers) + 1) if f"W{k}" not in used)
-        worker = {"id": f"W{free}", "completed": 0}
-        workers.append(worker)
-    elif (
-        worker.get("state") == "proving"
-        and (worker.get("pod") or {}).get("uid") == assignment.pod_uid
-    ):
-        return WriteDecision(None, str(worker["id"]))
-    notes: tuple[str, ...] = ()
-    if worker.get("state") == "proving":
-        # One GPU, one pod: the kubelet gave this GPU to the claimant, so the holder is over.
-        notes = (f"{describe(assignment)} replaces {_describe_worker(worker)}",)
-    _remember(worker, assignment.pod_uid)
-    moment = kapi.format_time(now, millis=True)
-    worker.update(
-        gpu={**(worker.get("gpu") or {}), **gpu.as_status()},
-        state="proving",
-        job={
-            "namespace": assignment.job_namespace,
-            "name": assignment.job_name,
-            "uid": assignment.job_uid,
-            "proofKind": assignment.proof_kind,
-        },
+    """Add ``assignment``'s lane (stage ``starting``) to the worker of ``gpu``, adding the
+    worker if it is new; return the worker's ID. Joining twice writes nothing."""
+    model = parse(status, now)
+    found = _lane_of(model, assignment.pod_uid)
+    if found is not None:
+        return WriteDecision(None, found[0].id)
+    worker = model.worker_of_gpu(gpu.uuid) or Worker(id=model.new_worker_id(), gpu=gpu)
+    known = worker.gpu
+    worker = replace(
+        worker,
+        gpu=Gpu(gpu.uuid, gpu.name or known.name, gpu.memory_bytes or known.memory_bytes),
+    )
+    lane = Lane(
+        pod=assignment.pod,
+        job=assignment.job,
         partition=assignment.partition,
         attempt=assignment.attempt,
-        pod={"name": assignment.pod_name, "uid": assignment.pod_uid},
-        since=moment,
-        heartbeat=moment,
+        priority=lane_priority(assignment.proof_kind),
+        stage=LaneStage.STARTING,
+        since=now,
+        heartbeat=now,
     )
-    worker.pop("stage", None)
-    return WriteDecision(_new_status(status, workers, now), str(worker["id"]), notes=notes)
+    worker = worker.with_lane(lane)
+    return WriteDecision(_write(model.with_worker(worker), model, now), worker.id)
+
+
+_REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 
 
 def decide_stage(
     status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime
 ) -> WriteDecision[bool]:
-    """Set the stage of the worker holding ``assignment``; stale if none holds it."""
-    if stage not in WORKER_STAGES:
-        msg = f"stage must be one of {', '.join(WORKER_STAGES)}, not {stage!r}"
+    """Set the stage of ``assignment``'s lane (synthesizing or synth_done: the GPU phase and
+    the commitment are set by ``acquire`` and ``release_gpu``); stale if the lane is gone."""
+    if stage not in _REPORTED_STAGES:
+        names = ", ".join(str(s) for s in _REPORTED_STAGES)
+        msg = f"stage must be one of {names}, not {stage!r}"
         raise ValueError(msg)
-    workers = copy.deepcopy(status.get("workers") or [])
-    holders = _holders(workers, assignment.pod_uid)
-    if not holders:
-        return _refuse(status, "stage", assignment, now)
-    moment = kapi.format_time(now, millis=True)
-    for worker in holders:
-        worker.update(stage=stage, since=moment, heartbeat=moment)
-    return WriteDecision(_new_status(status, workers, now), True)
+    model = parse(status, now)
+    found = _lane_of(model, assignment.pod_uid)
+    if found is None:
+        return _refuse(model, "stage", assignment, now)
+    worker, lane = found
+    lane = replace(lane, stage=LaneStage(stage), since=now, heartbeat=now)
+    return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
 
 
 def decide_heartbeat(
     status: Mapping[str, Any], assignment: Assignment, now: datetime
 ) -> WriteDecision[bool]:
-    """Refresh the heartbeat of the worker holding ``assignment``; stale if none holds it."""
-    workers = copy.deepcopy(status.get("workers") or [])
-    holders = _holders(workers, assignment.pod_uid)
-    if not holders:
-        return _refuse(status, "heartbeat", assignment, now)
-    for worker in holders:
-        worker["heartbeat"] = kapi.format_time(now, millis=True)
-    return WriteDecision(_new_status(status, workers, now), True)
+    """Refresh the heartbeat of ``assignment``'s lane; stale if the lane is gone."""
+    model = parse(status, now)
+    found = _lane_of(model, assignment.pod_uid)
+    if found is None:
+        return _refuse(model, "heartbeat", assignment, now)
+    worker, lane = found
+    lane = replace(lane, heartbeat=now)
+    return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
 
 
-def _set_idle(worker: dict[str, Any], outcome: WorkerOutcome, now: datetime) -> None:
-    pod = worker.get("pod") or {}
-    for key in ("stage", "job", "partition", "attempt", "heartbeat"):
-        worker.pop(key, None)
-    worker.update(
-        state="idle",
-        pod={k: pod[k] for k in ("name", "uid") if k in pod},
-        since=kapi.format_time(now, millis=True),
-        completed=int(worker.get("completed") or 0) + (outcome == "succeeded"),
-    )
+def decide_acquire(
+    status: Mapping[str, Any], assignment: Assignment, now: datetime
+) -> WriteDecision[Acquired]:
+    """Make ``assignment``'s lane the holder of its GPU's phase if no lane holds it and no
+    waiting lane comes before it; else mark it ready (``readyAt``) and let it wait."""
+    model = parse(status, now)
+    found = _lane_of(model, assignment.pod_uid)
+    if found is None:
+        refused = _refuse(model, "acquire", assignment, now)
+        return replace(refused, result=Acquired.GONE)
+    worker, lane = found
+    if worker.holder is not None and worker.holder.pod.uid == lane.pod.uid:
+        return WriteDecision(None, Acquired.GRANTED)
+    if lane.ready_at is None:
+        lane = replace(lane, ready_at=now, heartbeat=now)
+        worker = worker.with_lane(lane)
+    queue = worker.queue()
+    if worker.holder is None and queue and queue[0].pod.uid == lane.pod.uid:
+        lane = replace(lane, stage=LaneStage.GPU, since=now, heartbeat=now, ready_at=None)
+        worker = replace(worker.with_lane(lane), holder=Holder(lane.pod, now))
+        return WriteDecision(_write(model.with_worker(worker), model, now), Acquired.GRANTED)
+    if worker == found[0]:
+        return WriteDecision(None, Acquired.WAITING)
+    return WriteDecision(_write(model.with_worker(worker), model, now), Acquired.WAITING)
+
+
+def decide_release_gpu(
+    status: Mapping[str, Any], assignment: Assignment, now: datetime
+) -> WriteDecision[bool]:
+    """Give up the GPU phase ``assignment``'s lane holds; the lane goes on committing. Stale
+    when the lane does not hold it (another lane does since, or the lane is gone)."""
+    model = parse(status, now)
+    found = _lane_of(model, assignment.pod_uid)
+    if found is None or found[0].holder is None or found[0].holder.pod.uid != assignment.pod_uid:
+        return _refuse(model, "GPU release", assignment, now)
+    worker, lane = found
+    lane = replace(lane, stage=LaneStage.COMMITTING, since=now, heartbeat=now)
+    worker = replace(worker.with_lane(lane), holder=None)
+    return WriteDecision(_write(model.with_worker(worker), model, now), True)
+
+
+def _leave(worker: Worker, uid: str, outcome: WorkerOutcome) -> Worker:
+    left = worker.without_lane(uid)
+    return replace(left, completed=worker.completed + (outcome == "succeeded"))
 
 
 def decide_release(
     status: Mapping[str, Any], who: Assignment | PodRef, outcome: WorkerOutcome, now: datetime
 ) -> WriteDecision[bool]:
-    """Set idle every worker that still holds ``who``'s pod UID (``completed`` + 1 when the
-    outcome is success). A pod already released is a no-op. Otherwise the release is stale
-    when ``who`` held a worker: always for an Assignment (the prover's, which claimed), for a
-    PodRef (the finalizer's) when a claim took a worker from the pod; else the pod holds no
-    worker (it never did, or it was released before the next claim) and the release is a
+    """Remove ``who``'s lane, and the GPU phase with it if it held it (``completed`` + 1 when
+    the outcome is success). Without a lane: stale for an Assignment (the prover's ``leave``:
+    it joined, so someone removed its lane), and for a PodRef (the finalizer's) when the
+    sweep took the GPU phase from that pod; else the pod holds nothing and the release is a
     no-op."""
-    workers = copy.deepcopy(status.get("workers") or [])
+    model = parse(status, now)
     uid = (who if isinstance(who, PodRef) else who.pod).uid
-    holders = _holders(workers, uid)
-    if holders:
-        for worker in holders:
-            _set_idle(worker, outcome, now)
-        return WriteDecision(_new_status(status, workers, now), True)
-    if any((w.get("pod") or {}).get("uid") == uid for w in workers):
-        return WriteDecision(None, False)
-    if isinstance(who, Assignment) or _held_before(workers, uid):
-        return _refuse(status, "release", who, now)
+    worker = model.worker_of_pod(uid)
+    if worker is not None:
+        model_after = model.with_worker(_leave(worker, uid, outcome))
+        return WriteDecision(_write(model_after, model, now), True)
+    if isinstance(who, Assignment) or any(uid in w.previous_pod_uids for w in model.workers):
+        return _refuse(model, "release", who, now)
     return WriteDecision(
-        None, False, notes=(f"{describe(who)} holds no worker: nothing to release",)
+        None, False, notes=(f"{describe(who)} holds no lane: nothing to release",)
     )
+
+
+def decide_leave(
+    status: Mapping[str, Any], assignment: Assignment, outcome: WorkerOutcome, now: datetime
+) -> WriteDecision[bool]:
+    """The prover's own release of its lane (``decide_release`` by Assignment)."""
+    return decide_release(status, assignment, outcome, now)
 
 
 def decide_sweep(
@@ -315,35 +357,37 @@ def decide_sweep(
     now: datetime,
     heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
 ) -> WriteDecision[list[Released]]:
-    """Release workers whose pod is gone ("lost"), or whose heartbeat is older than three
+    """Remove lanes whose pod is gone ("lost"), or whose heartbeat is older than three
     intervals while their pod is not running. ``live_pods`` maps the UID of each pod that
-    exists to None while it runs, else to the outcome its end implies for its worker
-    (``observe.worker_outcome``, the rule the finalizer's release uses too)."""
-    workers = copy.deepcopy(status.get("workers") or [])
+    exists to None while it runs, else to the outcome its end implies for its lane
+    (``observe.worker_outcome``, the rule the finalizer's release uses too). A lane removed
+    while it held the GPU phase is remembered (``previousPodUIDs``)."""
+    model = parse(status, now)
     limit = now - timedelta(seconds=SWEEP_MISSED_HEARTBEATS * heartbeat_interval)
     released: list[Released] = []
-    for worker in workers:
-        pod = worker.get("pod") or {}
-        if worker.get("state") != "proving":
-            continue
-        uid = pod.get("uid", "")
-        last = worker.get("heartbeat") or worker.get("since")
-        silent = last is None or kapi.parse_time(last) < limit
-        # Gone: lost. Ended and silent: how it ended. Running, or ended but still heard from:
-        # kept (its release is the finalizer's).
-        outcome: WorkerOutcome | None = (
-            "lost" if uid not in live_pods else live_pods[uid] if silent else None
-        )
-        if outcome is not None:
-            ref = PodRef(pod.get("name", ""), uid)
-            released.append(Released(str(worker["id"]), ref, outcome))
-            _set_idle(worker, outcome, now)
+    after = model
+    for worker in model.workers:
+        for lane in worker.lanes:
+            uid = lane.pod.uid
+            silent = lane.heartbeat < limit
+            # Gone: lost. Ended and silent: how it ended. Running, or ended but still heard
+            # from: kept (its release is the finalizer's).
+            outcome: WorkerOutcome | None = (
+                "lost" if uid not in live_pods else live_pods[uid] if silent else None
+            )
+            if outcome is None:
+                continue
+            released.append(Released(worker.id, lane.pod, outcome))
+            current = after.worker(worker.id) or worker
+            if current.holder is not None and current.holder.pod.uid == uid:
+                current = current.remember(uid)
+            after = after.with_worker(_leave(current, uid, outcome))
     if not released:
         return WriteDecision(None, released)
     notes = tuple(
         f"sweep released {r.worker_id} from {describe(r.pod)} ({r.outcome})" for r in released
     )
-    return WriteDecision(_new_status(status, workers, now), released, notes=notes)
+    return WriteDecision(_write(after, model, now), released, notes=notes)
 
 
 # --- guarded writes ----------------------------------------------------------------------
@@ -351,16 +395,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def guarded_write(
+def _guarded(
     api: client.ApiClient,
     node: str,
     decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
-    *,
-    budget_s: float = CONFLICT_BUDGET_S,
-) -> T:
-    """The one way kuzk writes a WorkerStatus: GET, ``decide(status)``, replace ``/status``
-    with the resourceVersion that was read; on 409 Conflict back off (full jitter) and start
-    over, until ``budget_s`` seconds of continuous conflict raise WorkerWriteConflict."""
+    budget_s: float,
+) -> tuple[T, str]:
     objects = client.CustomObjectsApi(api)
     where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, node)
     conflicts, deadline = 0, 0.0
@@ -370,13 +410,18 @@ def guarded_write(
                 dict[str, Any],
                 objects.get_cluster_custom_object(*where, _request_timeout=_TIMEOUTS),
             )
+            version = str((current.get("metadata") or {}).get("resourceVersion") or "")
             decision = decide(current.get("status") or {})
             if decision.status is not None:
-                objects.replace_cluster_custom_object_status(
-                    *where,
-                    {**current, "status": decision.status},
-                    _request_timeout=_TIMEOUTS,
+                written = cast(
+                    dict[str, Any],
+                    objects.replace_cluster_custom_object_status(
+                        *where,
+                        {**current, "status": decision.status},
+                        _request_timeout=_TIMEOUTS,
+                    ),
                 )
+                version = str((written.get("metadata") or {}).get("resourceVersion") or "")
         except ApiException as error:
             if error.status == 404:
                 msg = f"WorkerStatus {node} does not exist"
@@ -393,39 +438,128 @@ def guarded_write(
             continue
         for note in decision.notes:
             log.info("WorkerStatus %s: %s", node, note)
-        return decision.result
+        return decision.result, version
 
 
-def claim(api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment) -> str:
-    """Mark the worker of ``gpu`` on ``node`` proving ``assignment``; return its ID.
+def guarded_write(
+    api: client.ApiClient,
+    node: str,
+    decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
+    *,
+    budget_s: float = CONFLICT_BUDGET_S,
+) -> T:
+    """The one way kuzk writes a WorkerStatus: GET, ``decide(status)``, replace ``/status``
+    with the resourceVersion that was read; on 409 Conflict back off (full jitter) and start
+    over, until ``budget_s`` seconds of continuous conflict raise WorkerWriteConflict."""
+    return _guarded(api, node, decide, budget_s)[0]
+
+
+def join(api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment) -> str:
+    """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``; return the worker ID.
 
     Raises WorkerStatusMissing when the node's WorkerStatus does not exist yet."""
-    return guarded_write(api, node, lambda s: decide_claim(s, gpu, assignment, _now()))
+    return guarded_write(api, node, lambda s: decide_join(s, gpu, assignment, _now()))
 
 
 def stage(api: client.ApiClient, node: str, assignment: Assignment, stage: str) -> bool:
-    """Set the stage of the worker holding ``assignment``; False when the write is stale."""
+    """Set the stage of ``assignment``'s lane; False when the write is stale."""
     return guarded_write(api, node, lambda s: decide_stage(s, assignment, stage, _now()))
 
 
 def heartbeat(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
-    """Refresh the heartbeat of the worker holding ``assignment``; False when stale. Callers
-    keep to one every HEARTBEAT_INTERVAL_S (kuzk_prover.reporter.ProverReporter does)."""
+    """Refresh the heartbeat of ``assignment``'s lane; False when stale. Callers keep to one
+    every HEARTBEAT_INTERVAL_S (kuzk_prover.reporter.ProverReporter does)."""
     return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, _now()))
+
+
+def wait_for_change(api: client.ApiClient, node: str, version: str, timeout_s: float) -> None:
+    """Return when ``node``'s WorkerStatus changes after ``version``, or after ``timeout_s``
+    (a watch of that one object: no polling)."""
+    objects = client.CustomObjectsApi(api)
+    stream = watch.Watch()  # type: ignore[no-untyped-call]
+    try:
+        for _event in stream.stream(  # type: ignore[no-untyped-call]
+            objects.list_cluster_custom_object,
+            kapi.GROUP,
+            kapi.VERSION,
+            kapi.WORKERSTATUS_PLURAL,
+            field_selector=f"metadata.name={node}",
+            resource_version=version,
+            timeout_seconds=max(1, int(timeout_s)),
+            _request_timeout=(_TIMEOUTS[0], timeout_s + 10.0),
+        ):
+            return
+    except ApiException as error:
+        if error.status != 410:  # Gone: the version is too old; the caller reads anew
+            raise
+    finally:
+        stream.stop()  # type: ignore[no-untyped-call]
+
+
+def acquire(
+    api: client.ApiClient,
+    node: str,
+    assignment: Assignment,
+    *,
+    wait_s: float | None = None,
+    watch_s: float = ACQUIRE_WATCH_S,
+) -> Acquired:
+    """Hold the GPU phase of ``assignment``'s lane: granted at once if the GPU is free and no
+    waiting lane comes first, else wait on a watch of the WorkerStatus and ask again when it
+    changes. Returns GRANTED, GONE (the lane was removed: stale), or WAITING once ``wait_s``
+    has passed (None: no limit)."""
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    while True:
+        result, version = _guarded(
+            api, node, lambda s: decide_acquire(s, assignment, _now()), CONFLICT_BUDGET_S
+        )
+        if result is not Acquired.WAITING:
+            return result
+        left = watch_s if deadline is None else min(watch_s, deadline - time.monotonic())
+        if left <= 0:
+            return result
+        wait_for_change(api, node, version, left)
+
+
+def release_gpu(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
+    """Give up the GPU phase ``assignment``'s lane holds; False when the write is stale."""
+    return guarded_write(api, node, lambda s: decide_release_gpu(s, assignment, _now()))
+
+
+def claim(
+    api: client.ApiClient,
+    node: str,
+    gpu: Gpu,
+    assignment: Assignment,
+    *,
+    wait_s: float | None = None,
+) -> str:
+    """``join`` and ``acquire``: for a prover that holds its GPU for its whole run. Returns
+    the worker ID once the GPU phase is held (or ``wait_s`` has passed)."""
+    worker_id = join(api, node, gpu, assignment)
+    acquire(api, node, assignment, wait_s=wait_s)
+    return worker_id
 
 
 def release(
     api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: WorkerOutcome
 ) -> bool:
-    """Set idle the worker on ``node`` that still holds ``who``'s pod UID; True if it did.
+    """Remove ``who``'s lane on ``node`` (and the GPU phase with it); True if it did.
 
-    False when it was already released, when the write is stale (refused and counted), or
-    when the WorkerStatus is gone: then there is nothing to release and a finalizer may go."""
+    False when it was already gone, when the write is stale (refused and counted), or when
+    the WorkerStatus is gone: then there is nothing to release and a finalizer may go."""
     try:
         return guarded_write(api, node, lambda s: decide_release(s, who, outcome, _now()))
     except WorkerStatusMissing:
         log.info("no WorkerStatus %s: nothing to release for %s", node, describe(who))
         return False
+
+
+def leave(
+    api: client.ApiClient, node: str, assignment: Assignment, outcome: WorkerOutcome
+) -> bool:
+    """The prover's own ``release`` of its lane when it exits."""
+    return release(api, node, assignment, outcome)
 
 
 def sweep(
@@ -435,7 +569,7 @@ def sweep(
     now: datetime,
     heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
 ) -> list[Released]:
-    """Release (guarded) the workers of ``node`` as ``decide_sweep`` says: those whose pod is
+    """Remove (guarded) the lanes of ``node`` as ``decide_sweep`` says: those whose pod is
     gone, or silent for three heartbeat intervals while their pod is not running."""
     try:
         return guarded_write(

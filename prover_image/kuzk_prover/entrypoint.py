@@ -45,7 +45,7 @@ log = logging.getLogger("kuzk_prover")
 
 EXIT_OK, EXIT_RETRY, EXIT_INVALID, EXIT_TERMINATED = 0, 1, 2, 143
 # How long a new pod waits for the operator to create its node's WorkerStatus.
-CLAIM_WAIT_S = 10.0
+JOIN_WAIT_S = 10.0
 # How long each WorkerStatus write keeps trying through an API outage.
 STATUS_OUTAGE_S = OUTAGE_BUDGET_S
 
@@ -91,7 +91,8 @@ def _prove(
         if reporter is not None:
             reporter.on_stage(stage)
 
-    return prove(proof, on_stage=on_stage, xp=backend.xp)
+    gpu_phase = None if reporter is None else reporter.gpu_phase
+    return prove(proof, on_stage=on_stage, xp=backend.xp, gpu_phase=gpu_phase)
 
 
 def _reporter(env: Mapping[str, str]) -> ProverReporter | None:
@@ -105,22 +106,22 @@ def _reporter(env: Mapping[str, str]) -> ProverReporter | None:
         return None
 
 
-def _claim(reporter: ProverReporter, backend: Backend) -> None:
-    """Claim the worker. Best effort: a proof is worth more than its status line, and the
-    operator's finalizer release and sweep repair a worker the prover could not write."""
+def _join(reporter: ProverReporter, backend: Backend) -> None:
+    """Join the GPU's lanes. Best effort: a proof is worth more than its status line, and the
+    operator's finalizer release and sweep repair a lane the prover could not write."""
     device = None
     if backend.gpu_uuid:
         device = Gpu(backend.gpu_uuid, backend.gpu_name or "", backend.memory_bytes)
     try:
-        worker = reporter.claim(device, wait_s=CLAIM_WAIT_S)
+        worker = reporter.join(device, wait_s=JOIN_WAIT_S)
     except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError, OSError) as exc:
         log.warning(
-            "could not claim the GPU worker on %s (%s): proving on without worker status",
+            "could not join the GPU's lanes on %s (%s): proving on without worker status",
             reporter.node,
             brief(exc),
         )
         return
-    log.info("claimed worker %s on %s", worker, reporter.node)
+    log.info("joined the lanes of worker %s on %s", worker, reporter.node)
 
 
 def _run(
@@ -136,9 +137,9 @@ def _run(
     reporter = _reporter(env) if path is not None else None
     if reporter is None:
         return _prove_and_report(proof, backend, path, attempt, context, None)
-    _claim(reporter, backend)
-    # The prover releases its own worker, SIGTERM included; after a SIGKILL the operator's
-    # finalizer release does it.
+    _join(reporter, backend)
+    # The prover leaves its own lane, SIGTERM included; after a SIGKILL the operator's
+    # finalizer release removes it (and the GPU phase, if it held it).
     code = EXIT_RETRY
     try:
         code = _prove_and_report(proof, backend, path, attempt, context, reporter)

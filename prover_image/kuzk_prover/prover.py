@@ -1,16 +1,21 @@
 """One partition, start to finish: synthesis → quotient → commitment, with stage reports.
 
-Stages use the engine's vocabulary (``synthesizing`` → ``synth_done`` → ``gpu``) and are
-reported through ``on_stage(stage)``, the seam where a WorkerStatus writer plugs in; by default
-they are only logged. A Result exists only after the self-check passed: a failing check raises
-SelfCheckFailed and nothing is reported.
+Stages use the engine's vocabulary (``synthesizing`` → ``synth_done`` → ``gpu``, then
+``committing``) and are reported through ``on_stage(stage)``; by default they are only
+logged. The GPU work runs inside ``gpu_phase()``, the seam where a lane takes its GPU's phase
+and gives it up (``kuzk_prover.reporter.ProverReporter.gpu_phase``): the quotient comes back
+to the host and the device's memory pool is emptied before the phase ends, so the commitment
+(CPU work) runs after it and the next lane has the whole GPU. A Result exists only after the
+self-check passed: a failing check raises SelfCheckFailed and nothing is reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import ModuleType
@@ -20,11 +25,13 @@ from kuzk_prover import synthesis
 from kuzk_prover.backend import backend_for, select_backend
 from kuzk_prover.commitment import commit
 from kuzk_prover.inputs import ProofInput
-from kuzk_prover.quotient import quotient
+from kuzk_prover.quotient import Quotient, quotient
+from kuzk_prover.xp import is_cupy, to_host
 
 log = logging.getLogger(__name__)
 
 OnStage = Callable[[str], None]
+GpuPhase = Callable[[], AbstractContextManager[object]]
 
 
 def log_stage(stage: str) -> None:
@@ -71,11 +78,24 @@ class Result:
         }
 
 
+def _free_device_memory(xp: ModuleType) -> None:
+    """Give the device memory CuPy's pool keeps back to the GPU, for the next lane."""
+    if is_cupy(xp):
+        xp.cuda.Stream.null.synchronize()
+        xp.get_default_memory_pool().free_all_blocks()
+
+
 def prove(
-    inputs: ProofInput, *, on_stage: OnStage | None = None, xp: ModuleType | None = None
+    inputs: ProofInput,
+    *,
+    on_stage: OnStage | None = None,
+    xp: ModuleType | None = None,
+    gpu_phase: GpuPhase | None = None,
 ) -> Result:
-    """Prove one partition on ``xp`` (default: the backend chosen for this process)."""
+    """Prove one partition on ``xp`` (default: the backend chosen for this process); the GPU
+    work runs inside ``gpu_phase()`` (default: nothing to take)."""
     report = log_stage if on_stage is None else on_stage
+    phase = contextlib.nullcontext if gpu_phase is None else gpu_phase
     backend = select_backend() if xp is None else backend_for(xp)
     stages: dict[str, str] = {}
 
@@ -89,15 +109,18 @@ def prove(
     synth_ms = (time.perf_counter() - started) * 1e3
     enter("synth_done")
 
-    enter("gpu")
-    started = time.perf_counter()
-    device_xp = backend.xp
-    a, b, c = (device_xp.asarray(column) for column in (witness.a, witness.b, witness.c))
-    q = quotient(a, b, c, xp=device_xp)
-    if device_xp.__name__ == "cupy":
-        device_xp.cuda.Stream.null.synchronize()
-    gpu_ms = (time.perf_counter() - started) * 1e3
+    with phase():
+        enter("gpu")
+        started = time.perf_counter()
+        device_xp = backend.xp
+        a, b, c = (device_xp.asarray(column) for column in (witness.a, witness.b, witness.c))
+        on_device = quotient(a, b, c, xp=device_xp)
+        q = Quotient(*(to_host(x) for x in (on_device.h, on_device.a, on_device.b, on_device.c)))
+        del a, b, c, on_device
+        _free_device_memory(device_xp)
+        gpu_ms = (time.perf_counter() - started) * 1e3
 
+    enter("committing")
     started = time.perf_counter()
     root, points = commit(q)
     commit_ms = (time.perf_counter() - started) * 1e3

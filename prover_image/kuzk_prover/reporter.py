@@ -1,15 +1,18 @@
 """The prover's side of the WorkerStatus protocol (``kuzk.workers``): ``ProverReporter``, the
-partition pod's GPU worker. It reads the pod's env and credentials, claims, writes stages and
-heartbeats from a thread, releases, and tries every write again through API outages; a write
-that still fails never fails the proof."""
+partition pod's lane on its GPU. It reads the pod's env and credentials, joins its GPU's lanes,
+writes stages and heartbeats from a thread, holds the GPU phase only around the GPU work
+(``gpu_phase``: acquire, waiting on a watch while another lane holds it, then release_gpu),
+leaves when the prover ends, and tries every write again through API outages; a write that
+still fails never fails the proof."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 from kubernetes import client
@@ -20,16 +23,20 @@ from kuzk.api import WorkerOutcome
 from kuzk.kubeconfig import load_config
 from kuzk.workers import (
     HEARTBEAT_INTERVAL_S,
+    Acquired,
     Assignment,
     Gpu,
     WorkerStatusMissing,
     WorkerWriteConflict,
-    claim,
+    acquire,
     describe,
     heartbeat,
-    release,
+    join,
+    leave,
+    release_gpu,
     stage,
 )
+from kuzk.workerstatus import LaneStage
 from kuzk_prover.termination import brief
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,13 @@ _NOT_A_DEVICE = ("", "all", "none", "void")
 # How long one write of the prover keeps trying through an API outage (refused connections,
 # 5xx, 429) before the prover proves on without status; its backoff between tries.
 OUTAGE_BUDGET_S = 30.0
+# How long a lane waits for its GPU's phase before it proves without it. A holder whose pod
+# died is freed by the operator's finalizer release or, at the latest, its sweep (30 s); this
+# bounds the wait when no operator runs at all.
+GPU_WAIT_S = 600.0
+# The stages the prover writes itself; the GPU phase and the commitment after it are written
+# by acquire and release_gpu.
+_STAGE_WRITES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 RETRY_FIRST_S, RETRY_CAP_S = 0.2, 2.0
 # A status write that fails must not fail the proof: the operator's release and sweep repair.
 _WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
@@ -83,10 +97,12 @@ def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
 
 
 class ProverReporter:
-    """A partition pod's worker: ``claim`` at start, ``on_stage`` as the prover moves (the
-    ``prove(on_stage=...)`` hook), a heartbeat thread while it runs (one write per interval at
-    most, stage writes included), ``release`` at the end. Used as a context manager, leaving
-    the block releases what is still held: "failed" on an exception, else "succeeded".
+    """A partition pod's lane: ``join`` at start, ``on_stage`` as the prover moves (the
+    ``prove(on_stage=...)`` hook), ``gpu_phase`` around the GPU work (the
+    ``prove(gpu_phase=...)`` hook), a heartbeat thread while it runs (one write per interval
+    at most, stage writes included), ``release`` (leave) at the end. Used as a context
+    manager, leaving the block releases what is still held: "failed" on an exception, else
+    "succeeded".
 
     Every write tries again with backoff through transient errors for ``outage_budget``
     seconds. A stage or heartbeat write that still fails makes the reporter quiet: it says so
@@ -101,8 +117,10 @@ class ProverReporter:
         visible_devices: str = "",
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
+        gpu_wait: float = GPU_WAIT_S,
     ) -> None:
         self.api, self.node, self.assignment = api, node, assignment
+        self.gpu_wait = gpu_wait
         self.visible_devices = visible_devices
         self.heartbeat_interval = heartbeat_interval
         self.outage_budget = outage_budget
@@ -110,6 +128,7 @@ class ProverReporter:
         self._lock = threading.Lock()
         self._last_write = time.monotonic()
         self._released = False
+        self._gone = False  # a write found the lane removed: nothing is left to leave
         self._quiet = threading.Event()  # set: no more stage or heartbeat writes
         self._thread: threading.Thread | None = None
 
@@ -159,13 +178,13 @@ class ProverReporter:
             return Gpu(first)
         return Gpu(f"CPU-{self.node}", "cpu")
 
-    def claim(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
-        """Claim this pod's worker, waiting up to ``wait_s`` for the operator to create the
-        node's WorkerStatus and up to ``outage_budget`` through transient errors; start the
-        heartbeat. Raises what the last try raised."""
+    def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
+        """Join this pod's GPU's lanes, waiting up to ``wait_s`` for the operator to create
+        the node's WorkerStatus and up to ``outage_budget`` through transient errors; start
+        the heartbeat. Raises what the last try raised."""
         gpu = self.gpu(device)
         self.worker_id = self._persist(
-            "claim", lambda: claim(self.api, self.node, gpu, self.assignment), missing_s=wait_s
+            "join", lambda: join(self.api, self.node, gpu, self.assignment), missing_s=wait_s
         )
         self._last_write = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
@@ -173,8 +192,75 @@ class ProverReporter:
         return self.worker_id
 
     def on_stage(self, stage_name: str) -> None:
-        """Report a stage (synthesizing, synth_done, gpu) of the claimed assignment."""
+        """Report a stage of the lane: synthesizing and synth_done are written; gpu and
+        committing are written by ``gpu_phase``'s acquire and release."""
+        if stage_name not in _STAGE_WRITES:
+            return
         self._write("stage", lambda: stage(self.api, self.node, self.assignment, stage_name))
+
+    @contextlib.contextmanager
+    def gpu_phase(self) -> Iterator[None]:
+        """Hold the GPU's phase for the block: acquire it (waiting on a watch of the
+        WorkerStatus while another lane holds it), then give it up. Best effort like every
+        write: without a lane, or when the API stays unreachable, the block runs anyway."""
+        held = self._acquire()
+        try:
+            yield
+        finally:
+            if held:
+                self._release_gpu()
+
+    def _acquire(self) -> bool:
+        if self._quiet.is_set() or self.worker_id is None:
+            return False
+        started = time.monotonic()
+        try:
+            result = self._persist(
+                "acquire",
+                lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait),
+            )
+        except _WRITE_ERRORS as error:
+            log.warning(
+                "acquiring the GPU phase of %s failed (%s): proving on without it",
+                describe(self.assignment),
+                brief(error),
+            )
+            return False
+        with self._lock:
+            self._last_write = time.monotonic()
+        waited = time.monotonic() - started
+        if result is Acquired.GRANTED:
+            log.info("holds the GPU phase of worker %s (waited %.2f s)", self.worker_id, waited)
+            return True
+        if result is Acquired.GONE:
+            self._lost_lane()
+        else:
+            log.warning(
+                "the GPU phase of worker %s stayed held for %.0f s: proving without it",
+                self.worker_id,
+                waited,
+            )
+        return False
+
+    def _release_gpu(self) -> None:
+        try:
+            given = self._persist(
+                "GPU release", lambda: release_gpu(self.api, self.node, self.assignment)
+            )
+        except _WRITE_ERRORS as error:
+            log.warning(
+                "giving up the GPU phase of %s failed (%s); the operator's finalizer release"
+                " will",
+                describe(self.assignment),
+                brief(error),
+            )
+            return
+        with self._lock:
+            self._last_write = time.monotonic()
+        if not given:
+            log.warning(
+                "%s no longer held the GPU phase on %s", describe(self.assignment), self.node
+            )
 
     def heartbeat(self) -> None:
         """Refresh the heartbeat unless a write went out less than an interval ago."""
@@ -184,11 +270,11 @@ class ProverReporter:
         self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment))
 
     def release(self, outcome: WorkerOutcome) -> bool:
-        """Stop the heartbeat and release the worker; True if this call released it. Without
-        a claim, or a second time, it writes nothing. A failure is logged, never raised: the
+        """Stop the heartbeat and leave the lane; True if this call removed it. Without a
+        join, or a second time, it writes nothing. A failure is logged, never raised: the
         operator's finalizer release repairs it."""
         with self._lock:
-            if self._released or self.worker_id is None:
+            if self._released or self._gone or self.worker_id is None:
                 return False
             self._released = True
         self._quiet.set()
@@ -196,7 +282,7 @@ class ProverReporter:
             self._thread.join()
         try:
             return self._persist(
-                "release", lambda: release(self.api, self.node, self.assignment, outcome)
+                "leave", lambda: leave(self.api, self.node, self.assignment, outcome)
             )
         except _WRITE_ERRORS as error:
             log.warning(
@@ -289,7 +375,12 @@ class ProverReporter:
             )
             return
         if not held:
-            # The worker was released under us (sweep, or a newer pod on the GPU): stop
-            # writing about an assignment it no longer holds.
-            log.warning("%s no longer holds a worker on %s", describe(self.assignment), self.node)
-            self._quiet.set()
+            self._lost_lane()
+
+    def _lost_lane(self) -> None:
+        """The lane was removed under us (the sweep, or the finalizer): stop writing about a
+        lane that is gone, its leave included (a second refused write would count twice)."""
+        log.warning("%s has no lane on %s any more", describe(self.assignment), self.node)
+        with self._lock:
+            self._gone = True
+        self._quiet.set()

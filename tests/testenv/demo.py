@@ -30,7 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk import api
+from kuzk import api, workerstatus
 from tests.testenv.binaries import MissingBinaryError
 from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import ControlPlane, StartError
@@ -103,17 +103,17 @@ def job_line(job: dict[str, Any], width: int = 16) -> str:
 
 
 def worker_lines(custom: client.CustomObjectsApi) -> list[str]:
+    """One line per GPU: who holds its GPU phase, and what its other lanes are doing."""
     out = []
     items = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
     for ws in sorted(items["items"], key=lambda w: w["metadata"]["name"]):
-        for w in (ws.get("status") or {}).get("workers") or []:
-            if w.get("state") == "proving":
-                job = (w.get("job") or {}).get("name", "?")
-                doing = f"proving {job} P{w.get('partition')} {w.get('stage', '')}"
-            else:
-                doing = "idle"
-            out.append(f"  {ws['metadata']['name']}/{w['id']}: {doing:<45} "
-                       f"completed {w.get('completed', 0)}")
+        for w in workerstatus.parse(ws.get("status")).workers:
+            lanes = " ".join(
+                f"{lane.job.name} P{lane.partition} {lane.stage}" for lane in w.lanes
+            )
+            doing = f"{w.state}: {lanes}" if lanes else str(w.state)
+            out.append(f"  {ws['metadata']['name']}/{w.id}: {doing:<60} "
+                       f"completed {w.completed}")
     return out
 
 

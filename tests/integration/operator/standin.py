@@ -5,10 +5,10 @@ argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json``, a map from "<pod>", "<partition
 "claim": bool}; records its start in ``PLAN_DIR/started/<pod>`` and its end in
 ``PLAN_DIR/ended/<pod>`` (JSON with wall-clock times), waits for ``PLAN_DIR/go/<pod>`` or
 ``PLAN_DIR/go/all`` when told to hold, writes its result JSON to the termination message and
-exits with the planned code. With "claim" it reports its GPU worker through
-kuzk_prover.reporter as the real prover does (claim, stage "synthesizing", the stage named in
-``PLAN_DIR/stage/<pod>`` while it holds, release at its end); SIGTERM ends it without a
-release, as a killed prover.
+exits with the planned code. With "claim" it reports its GPU lane through
+kuzk_prover.reporter as the real prover does (join, stage "synthesizing", the stage named in
+``PLAN_DIR/stage/<pod>`` while it holds: "gpu" acquires the GPU phase and a later stage gives
+it up; leave at its end); SIGTERM ends it without a release, as a killed prover.
 """
 
 import hashlib
@@ -51,14 +51,21 @@ if plan.get("claim"):
     from kuzk_prover.reporter import ProverReporter
 
     reporter = ProverReporter.from_env()
-    reporter.claim()
+    reporter.join()
     reporter.on_stage("synthesizing")
+phase = None
 record("started")
 if plan.get("hold"):
     stage_file, stage = plan_dir / "stage" / pod, "synthesizing"
     while not (plan_dir / "go" / pod).exists() and not (plan_dir / "go" / "all").exists():
         if reporter is not None and stage_file.exists() and stage_file.read_text() != stage:
             stage = stage_file.read_text()
+            if stage == "gpu":
+                phase = reporter.gpu_phase()
+                phase.__enter__()
+            elif phase is not None:
+                phase.__exit__(None, None, None)
+                phase = None
             reporter.on_stage(stage)
         time.sleep(0.05)
 else:
@@ -71,6 +78,8 @@ if code == 0:
 else:
     result = {"error": plan.get("message", f"stand-in failed with {code}")}
 Path(env["TERMINATION_MESSAGE_PATH"]).write_text(json.dumps(result))
+if phase is not None:
+    phase.__exit__(None, None, None)
 if reporter is not None:
     reporter.release("succeeded" if code == 0 else "failed")
 record("ended", exit=code)

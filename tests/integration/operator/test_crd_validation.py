@@ -80,4 +80,6 @@ def test_kubectl_explain_prints_descriptions(cluster: Cluster) -> None:
         assert field in out
     assert "winning-post" in out
     ws = cluster.kubectl("explain", "workerstatus.status.workers").stdout
-    assert "heartbeat" in ws and "stage" in ws
+    assert "lanes" in ws and "holder" in ws
+    lanes = cluster.kubectl("explain", "workerstatus.status.workers.lanes").stdout
+    assert "heartbeat" in lanes and "stage" in lanes and "readyAt" in lanes

@@ -36,7 +36,7 @@ def _worker_statuses(cluster: Cluster) -> list[dict[str, Any]]:
 def _proving(cluster: Cluster, nodes: set[str]) -> list[str]:
     return [f"{ws['metadata']['name']}/{w['id']}" for ws in _worker_statuses(cluster)
             if ws["metadata"]["name"] in nodes
-            for w in (ws.get("status") or {}).get("workers") or [] if w.get("state") == "proving"]
+            for w in (ws.get("status") or {}).get("workers") or [] if w.get("lanes")]
 
 
 def _stale(cluster: Cluster, nodes: set[str]) -> int:

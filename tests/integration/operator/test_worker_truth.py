@@ -30,7 +30,9 @@ class Sample:
     # whose prover has not written its result yet, checked after the workers were read (the
     # prover releases its worker only after writing its result)
     working: set[str]
-    holders: dict[tuple[str, str], str | None]  # (node, worker id) -> pod UID holding it
+    lanes: dict[tuple[str, str], set[str]]  # (node, worker id) -> pod UIDs with a lane on it
+    holders: dict[tuple[str, str], str | None]  # (node, worker id) -> the GPU phase's holder
+    in_gpu: dict[tuple[str, str], set[str]]  # (node, worker id) -> lanes in stage gpu
 
 
 def _running(core: client.CoreV1Api, namespace: str) -> set[str]:
@@ -40,14 +42,21 @@ def _running(core: client.CoreV1Api, namespace: str) -> set[str]:
             and p.status.container_statuses[0].state.running is not None}
 
 
-def _holders(custom: client.CustomObjectsApi) -> dict[tuple[str, str], str | None]:
-    out: dict[tuple[str, str], str | None] = {}
+def _read_workers(custom: client.CustomObjectsApi) -> tuple[
+        dict[tuple[str, str], set[str]], dict[tuple[str, str], str | None],
+        dict[tuple[str, str], set[str]]]:
+    lanes: dict[tuple[str, str], set[str]] = {}
+    holders: dict[tuple[str, str], str | None] = {}
+    in_gpu: dict[tuple[str, str], set[str]] = {}
     for ws in custom.list_cluster_custom_object(api.GROUP, api.VERSION,
                                                 api.WORKERSTATUS_PLURAL)["items"]:
         for w in (ws.get("status") or {}).get("workers") or []:
-            held = w.get("pod", {}).get("uid") if w.get("state") == "proving" else None
-            out[(ws["metadata"]["name"], w["id"])] = held
-    return out
+            key = (ws["metadata"]["name"], w["id"])
+            lanes[key] = {lane["pod"]["uid"] for lane in w.get("lanes") or []}
+            holders[key] = (w.get("holder") or {}).get("pod", {}).get("uid")
+            in_gpu[key] = {lane["pod"]["uid"] for lane in w.get("lanes") or []
+                           if lane.get("stage") == "gpu"}
+    return lanes, holders, in_gpu
 
 
 def _unfinished(kubelet: ProcessKubelet) -> set[str]:
@@ -66,25 +75,29 @@ def _sample(cluster: Cluster, kubelet: ProcessKubelet, namespace: str, stop: thr
     custom = client.CustomObjectsApi(cluster.api)
     while not stop.wait(0.1):
         before = _running(cluster.core, namespace)
-        holders = _holders(custom)
+        lanes, holders, in_gpu = _read_workers(custom)
         after = _running(cluster.core, namespace)
         working = before & after & _unfinished(kubelet)
-        samples.append(Sample(time.monotonic(), working, holders))
+        samples.append(Sample(time.monotonic(), working, lanes, holders, in_gpu))
 
 
 def _lies(samples: list[Sample]) -> list[str]:
-    """Samples where a worker is shown idle (or held by another pod) while the pod that had
-    claimed it is still running and still working on its partition."""
-    claimed: dict[str, tuple[str, str]] = {}
+    """Samples where a GPU no longer shows the lane of a pod that joined it while that pod is
+    still running and still working on its partition, where a lane in stage gpu is not the
+    GPU phase's holder, or where the holder is not one of the GPU's lanes."""
+    joined: dict[str, tuple[str, str]] = {}
     lies = []
     for s in samples:
-        for worker, uid in s.holders.items():
-            if uid is not None:
-                claimed[uid] = worker
-        for uid, worker in claimed.items():
-            if uid in s.working and s.holders.get(worker) != uid:
-                lies.append(f"t={s.t:.2f} {worker} shows {s.holders.get(worker)} "
-                            f"while {uid} works")
+        for worker, uids in s.lanes.items():
+            for uid in uids:
+                joined[uid] = worker
+        for uid, worker in joined.items():
+            if uid in s.working and uid not in s.lanes.get(worker, set()):
+                lies.append(f"t={s.t:.2f} {worker} lost the lane of {uid} while it works")
+        for worker, uids in s.in_gpu.items():
+            holder = s.holders.get(worker)
+            if uids - {holder} or (holder is not None and holder not in s.lanes[worker]):
+                lies.append(f"t={s.t:.2f} {worker} holder {holder}, lanes in gpu {uids}")
     return lies
 
 
@@ -114,17 +127,18 @@ def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace:
         sampler.join()
     assert job["status"]["succeeded"] == 16
     proving_seen = {uid for s in samples for uid in s.holders.values() if uid}
-    assert len(proving_seen) >= 8, "the sampler should see most partitions proving"
+    assert len(proving_seen) >= 8, "the sampler should see most partitions in the GPU phase"
     assert _lies(samples) == []
 
     workers = _workers(cluster, sorted(kubelet.nodes))
     assert len(workers) == 4
     assert {w["state"] for w in workers} == {"idle"}
+    assert not any(w.get("lanes") for w in workers)
     assert sum(w.get("completed", 0) for w in workers) == 16
     assert {w["gpu"]["uuid"] for w in workers} == {
         g for spec in kubelet.nodes.values() for g in spec.gpu_uuids()}
-    # Every prover released its own worker and nothing was disrupted, so each finalizer
-    # release found its work done: a job that ran cleanly counts no stale write.
+    # Every prover left its own lane and nothing was disrupted, so each finalizer release
+    # found its work done: a job that ran cleanly counts no stale write.
     custom = client.CustomObjectsApi(cluster.api)
     stale = [custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
                                               n)["status"].get("staleWritesRejected", 0)
@@ -156,10 +170,18 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
         workers = (ws.get("status") or {}).get("workers") or []
         return workers[0] if workers else None
 
+    def lane(stage: str | None = None, attempt: int | None = None) -> dict[str, Any] | None:
+        """The worker's lane in ``stage`` (or of ``attempt``), with its worker's id."""
+        w = worker() or {}
+        for entry in w.get("lanes") or []:
+            if stage in (None, entry.get("stage")) and attempt in (None, entry.get("attempt")):
+                return {**entry, "id": w["id"], "holder": w.get("holder")}
+        return None
+
     apply_job(cluster, namespace, proofjob("crash", partitions=1, circuitLog2=21))
-    first = wait_for(lambda: (w := worker()) and w.get("stage") == "gpu" and w, 120,
-                     "the prover in stage gpu", interval=0.02)
+    first = wait_for(lambda: lane("gpu"), 120, "the prover in stage gpu", interval=0.02)
     assert first["attempt"] == 1
+    assert first["holder"]["pod"]["uid"] == first["pod"]["uid"]
 
     def partition_entry() -> dict[str, Any]:
         job = get_job(cluster, namespace, "crash") or {}
@@ -173,14 +195,14 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)
 
-    second = wait_for(lambda: (w := worker()) and w.get("attempt") == 2 and w, 120,
-                      "the retried partition's claim")
+    second = wait_for(lambda: lane(attempt=2), 120, "the retried partition's lane")
     assert second["id"] == first["id"]
     assert second["pod"]["uid"] != first["pod"]["uid"]
     job = wait_job(cluster, namespace, "crash", "Succeeded", timeout=180)
     assert job["status"]["partitions"][0]["attempt"] == 2
     final = worker()
     assert final is not None and final["state"] == "idle" and final["completed"] == 1
+    assert not final.get("lanes") and "holder" not in final
     events = cluster.core.list_namespaced_event(
         namespace, field_selector="involvedObject.name=crash,reason=PartitionRetried").items
     assert events

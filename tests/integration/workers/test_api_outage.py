@@ -1,10 +1,10 @@
-"""A kube-apiserver restart while partitions start costs nothing: each real prover's claim
+"""A kube-apiserver restart while partitions start costs nothing: each real prover's join
 meets refused connections, tries again, and gets through once the API server is back; no
 partition is retried (with ``backoffLimitPerPartition: 0`` a counted retry would fail the job)
 and no partition's message carries a traceback.
 
 The partition pods run the real prover behind a gate that the test opens once kube-apiserver
-is down, so the provers start (and claim) during the outage, every time."""
+is down, so the provers start (and join) during the outage, every time."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _prover_logs(kubelet: ProcessKubelet) -> dict[str, Path]:
 
 
 def _met_the_outage(kubelet: ProcessKubelet, seen: dict[str, Path]) -> bool:
-    """Whether every started prover has met the outage in its claim: it says it is trying
+    """Whether every started prover has met the outage in its join: it says it is trying
     again, or it has already exited."""
     with kubelet.lock:
         runners = list(kubelet.runners.values())
@@ -65,7 +65,7 @@ def test_provers_ride_out_an_api_server_restart(
     seen: dict[str, Path] = {}
     with cluster.plane.apiserver_down():
         gate.touch()
-        wait_for(lambda: _met_the_outage(kubelet, seen), 30, "both provers claiming")
+        wait_for(lambda: _met_the_outage(kubelet, seen), 30, "both provers joining")
 
     done = wait_job(cluster, namespace, "outage", "Succeeded", timeout=180)
     status = done["status"]
@@ -85,5 +85,5 @@ def test_provers_ride_out_an_api_server_restart(
     assert len(met) >= 2
     for name in met:
         text = seen[name].read_text(errors="replace")
-        assert "claim on" in text and "went through after" in text, f"{name}:\n{text}"
-        assert "claimed worker" in text, f"{name} claimed once the API server was back"
+        assert "join on" in text and "went through after" in text, f"{name}:\n{text}"
+        assert "joined the lanes" in text, f"{name} joined once the API server was back"

@@ -1,11 +1,14 @@
 """ProverReporter, the prover's side of the protocol, against the API server: it is built from
 the partition pod's env, finds its GPU, waits for the operator to create the WorkerStatus,
-reports stages, keeps a rate-limited heartbeat, releases on the way out, and stops writing
-once its assignment was taken from it."""
+joins its GPU's lanes, reports stages, holds the GPU phase only around the GPU work (waiting
+on a watch while another lane holds it), keeps a rate-limited heartbeat, leaves on the way
+out, and stops writing once its lane was taken from it."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,29 +49,42 @@ def w0(api: client.ApiClient, node: str) -> dict[str, Any]:
     return dict(read_worker_status(api, node)["status"]["workers"][0])
 
 
+def lane0(api: client.ApiClient, node: str) -> dict[str, Any]:
+    return dict(w0(api, node)["lanes"][0])
+
+
 def test_a_proof_seen_through_the_reporter(
     cluster: Cluster, admin: client.ApiClient, worker_status: Callable[[], str]
 ) -> None:
     node = worker_status()
     env = pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-aaaa,GPU-bbbb")
     with ProverReporter.from_env(env, heartbeat_interval=0.4) as reporter:
-        assert reporter.claim() == "W0"
-        held = w0(admin, node)
-        assert held["gpu"] == {"uuid": "GPU-aaaa"}
-        assert (held["state"], held["partition"], held["attempt"]) == ("proving", 7, 2)
-        assert held["pod"] == {"name": "snap-p7-a2", "uid": env["POD_UID"]}
-        assert held["job"] == {
+        assert reporter.join() == "W0"
+        worker = w0(admin, node)
+        assert worker["gpu"] == {"uuid": "GPU-aaaa"}
+        assert worker["state"] == "waiting", "a lane, no holder: idle for a CPU reason"
+        lane = lane0(admin, node)
+        assert (lane["stage"], lane["partition"], lane["attempt"]) == ("starting", 7, 2)
+        assert lane["pod"] == {"name": "snap-p7-a2", "uid": env["POD_UID"]}
+        assert lane["job"] == {
             "namespace": "provers",
             "name": "snap",
             "uid": env["KUZK_JOB_UID"],
             "proofKind": "snap-update",
         }
         reporter.on_stage("synth_done")
-        assert w0(admin, node)["stage"] == "synth_done"
-        first = w0(admin, node)["heartbeat"]
-        wait_for(lambda: w0(admin, node)["heartbeat"] != first, 10, "a heartbeat")
+        assert lane0(admin, node)["stage"] == "synth_done"
+        with reporter.gpu_phase():
+            held = w0(admin, node)
+            assert (held["state"], held["holder"]["pod"]["uid"]) == ("gpu", env["POD_UID"])
+            assert held["lanes"][0]["stage"] == "gpu"
+        after = w0(admin, node)
+        assert (after["state"], after["lanes"][0]["stage"]) == ("waiting", "committing")
+        assert "holder" not in after
+        first = lane0(admin, node)["heartbeat"]
+        wait_for(lambda: lane0(admin, node)["heartbeat"] != first, 10, "a heartbeat")
     done = w0(admin, node)
-    assert (done["state"], done["completed"]) == ("idle", 1)
+    assert (done["state"], done["completed"], done["lanes"]) == ("idle", 1, [])
     assert reporter.release("succeeded") is False, "released once"
 
 
@@ -80,10 +96,12 @@ def test_a_failure_inside_the_block_releases_without_completing(
         pytest.raises(RuntimeError, match="kernel"),
         ProverReporter.from_env(pod_env(cluster, node)) as reporter,
     ):
-        reporter.claim(Gpu("GPU-cccc", "NVIDIA H200", 1 << 37))
-        raise RuntimeError("kernel failed")
+        reporter.join(Gpu("GPU-cccc", "NVIDIA H200", 1 << 37))
+        with reporter.gpu_phase():
+            raise RuntimeError("kernel failed")
     done = w0(admin, node)
-    assert (done["state"], done["completed"]) == ("idle", 0)
+    assert (done["state"], done["completed"], done["lanes"]) == ("idle", 0, [])
+    assert "holder" not in done
     assert done["gpu"] == {"uuid": "GPU-cccc", "name": "NVIDIA H200", "memoryBytes": 1 << 37}
 
 
@@ -92,16 +110,16 @@ def test_without_a_gpu_the_worker_is_the_nodes_cpu(
 ) -> None:
     node = worker_status()
     reporter = ProverReporter.from_env(pod_env(cluster, node))
-    reporter.claim()
+    reporter.join()
     assert w0(admin, node)["gpu"] == {"uuid": f"CPU-{node}", "name": "cpu"}
-    # A heartbeat within the interval of the claim writes nothing.
+    # A heartbeat within the interval of the join writes nothing.
     version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
     reporter.heartbeat()
     assert read_worker_status(admin, node)["metadata"]["resourceVersion"] == version
     assert reporter.release("failed") is True
 
 
-def test_claim_waits_for_the_operator_to_create_the_object(
+def test_join_waits_for_the_operator_to_create_the_object(
     cluster: Cluster, admin: client.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="kuzk_prover.reporter")
@@ -109,8 +127,8 @@ def test_claim_waits_for_the_operator_to_create_the_object(
     reporter = ProverReporter.from_env(pod_env(cluster, node))
     try:
         with ThreadPoolExecutor(1) as pool:
-            claimed = pool.submit(reporter.claim, wait_s=30)
-            wait_for(lambda: "not there yet" in caplog.text, 10, "a claim on a missing object")
+            claimed = pool.submit(reporter.join, wait_s=30)
+            wait_for(lambda: "not there yet" in caplog.text, 10, "a join on a missing object")
             create_worker_status(admin, node)
             assert claimed.result(timeout=30) == "W0"
         assert reporter.release("succeeded") is True
@@ -118,18 +136,56 @@ def test_claim_waits_for_the_operator_to_create_the_object(
         delete_worker_status(admin, node)
 
 
-def test_a_reporter_whose_worker_was_swept_stops_writing(
+def test_a_reporter_whose_lane_was_swept_stops_writing(
     cluster: Cluster, admin: client.ApiClient, worker_status: Callable[[], str]
 ) -> None:
     node = worker_status()
     reporter = ProverReporter.from_env(pod_env(cluster, node))
-    reporter.claim()
+    reporter.join()
     assert [r.pod.uid for r in sweep(admin, node, {}, datetime.now(UTC))] == [
         reporter.assignment.pod_uid
     ]
-    reporter.on_stage("gpu")
-    reporter.on_stage("gpu")
+    reporter.on_stage("synthesizing")
+    reporter.on_stage("synth_done")
     status = read_worker_status(admin, node)["status"]
     assert status["staleWritesRejected"] == 1, "one refused write, then silence"
     assert reporter.release("failed") is False, "already released by the sweep"
     assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 1
+
+
+def test_a_waiting_lane_gets_the_gpu_phase_when_the_holder_gives_it_up(
+    cluster: Cluster, admin: client.ApiClient, worker_status: Callable[[], str]
+) -> None:
+    """Two lanes on one GPU: the second waits on its watch while the first holds the GPU
+    phase, and holds it promptly once the first gives it up (a watch event, not the watch's
+    10 s timeout)."""
+    node = worker_status()
+    first = ProverReporter.from_env(pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-dddd"))
+    second = ProverReporter.from_env(
+        pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-dddd", POD_NAME="snap-p8-a1")
+    )
+    assert first.join() == second.join() == "W0"
+    held_at: list[float] = []
+
+    def second_lane() -> None:
+        with second.gpu_phase():
+            held_at.append(time.monotonic())
+
+    with first.gpu_phase():
+        waiter = threading.Thread(target=second_lane)
+        waiter.start()
+        wait_for(
+            lambda: any(lane.get("readyAt") for lane in w0(admin, node)["lanes"]),
+            10,
+            "the second lane waiting for the GPU phase",
+        )
+        assert w0(admin, node)["holder"]["pod"]["uid"] == first.assignment.pod_uid
+        assert not held_at
+        given_up = time.monotonic()
+    waiter.join(timeout=30)
+    assert held_at, "the second lane never held the GPU phase"
+    assert held_at[0] - given_up < 5, "woken by the watch, not by its timeout"
+    assert first.release("succeeded") and second.release("succeeded")
+    done = w0(admin, node)
+    assert (done["state"], done["completed"], done["lanes"]) == ("idle", 2, [])
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 0

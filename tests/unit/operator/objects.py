@@ -99,18 +99,17 @@ class Make:
 
     @staticmethod
     def workers(node: str, *claims: tuple[str, str, str]) -> dict[str, Any]:
-        """A WorkerStatus; each claim is (worker id, pod uid, stage)."""
+        """A WorkerStatus; each claim is a lane (worker id, pod uid, lane stage), one worker
+        per worker id."""
+        lanes: dict[str, list[dict[str, Any]]] = {}
+        for wid, uid, stage in claims:
+            lanes.setdefault(wid, []).append({"pod": {"uid": uid}, "stage": stage})
         return {
             "apiVersion": api.API_VERSION,
             "kind": api.WORKERSTATUS_KIND,
             "metadata": {"name": node},
             "spec": {"nodeName": node},
-            "status": {
-                "workers": [
-                    {"id": wid, "state": "proving", "stage": stage, "pod": {"uid": uid}}
-                    for wid, uid, stage in claims
-                ]
-            },
+            "status": {"workers": [{"id": wid, "lanes": ls} for wid, ls in lanes.items()]},
         }
 
     @staticmethod

@@ -91,6 +91,7 @@ def test_names_scope_and_subresource(kind, scope, short, plural):
                 "Node": ".spec.nodeName",
                 "Proving": ".status.proving",
                 "Workers": ".status.workerCount",
+                "Lanes": ".status.lanes",
                 "Age": ".metadata.creationTimestamp",
             },
         ),
@@ -134,9 +135,12 @@ def test_status_enums_follow_the_code():
     assert status["partitions"]["items"]["properties"]["state"]["enum"] == list(STATES)
     workers = schema_of("WorkerStatus")["properties"]["status"]["properties"]["workers"]
     worker = workers["items"]["properties"]
-    assert worker["state"]["enum"] == ["idle", "proving"]
-    assert worker["stage"]["enum"] == ["synthesizing", "synth_done", "gpu"]
-    assert set(worker) >= {"id", "gpu", "job", "partition", "attempt", "pod", "since", "heartbeat"}
+    assert worker["state"]["enum"] == ["idle", "waiting", "gpu"]
+    lane = worker["lanes"]["items"]["properties"]
+    assert lane["stage"]["enum"] == ["starting", "synthesizing", "synth_done", "gpu", "committing"]
+    assert set(lane) >= {"pod", "job", "partition", "attempt", "priority", "since", "heartbeat",
+                         "readyAt"}
+    assert set(worker) >= {"id", "gpu", "lanes", "holder", "completed", "since"}
 
 
 @pytest.mark.parametrize("crd", crds.all_crds(), ids=lambda crd: crd["metadata"]["name"])

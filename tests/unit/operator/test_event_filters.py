@@ -16,10 +16,11 @@ def ws(*workers: dict[str, Any]) -> dict[str, Any]:
     return {"spec": {"nodeName": "n1"}, "status": {"workers": list(workers)}}
 
 
-def proving(job: str, pod: str, stage: str | None = None, beat: str = "t1") -> dict[str, Any]:
-    worker = {"id": "W0", "state": "proving", "job": {"namespace": "ns", "name": job},
-              "pod": {"name": pod, "uid": pod}, "heartbeat": beat}
-    return {**worker, "stage": stage} if stage else worker
+def proving(job: str, pod: str, stage: str = "starting", beat: str = "t1") -> dict[str, Any]:
+    """A worker with one lane of ``job`` on ``pod`` in ``stage``."""
+    lane = {"job": {"namespace": "ns", "name": job}, "pod": {"name": pod, "uid": pod},
+            "stage": stage, "heartbeat": f"2026-12-02T12:00:0{beat[-1]}Z"}
+    return {"id": "W0", "lanes": [lane]}
 
 
 def test_a_heartbeat_syncs_no_job() -> None:
@@ -41,7 +42,7 @@ def test_a_new_assignment_syncs_the_old_and_the_new_job() -> None:
 
 
 def test_a_release_syncs_the_job_and_a_new_object_syncs_what_it_names() -> None:
-    idle = {"id": "W0", "state": "idle", "pod": {"name": "p1", "uid": "p1"}}
+    idle = {"id": "W0", "lanes": []}
     assert changed_jobs(assignments(ws(proving("a", "p1", "gpu"))), assignments(ws(idle))) == {
         ("ns", "a")
     }

@@ -104,7 +104,7 @@ def test_prover_refuses_to_report_a_corrupted_witness(monkeypatch: pytest.Monkey
     stages: list[str] = []
     with pytest.raises(SelfCheckFailed):
         prover.prove(inputs, on_stage=stages.append, xp=np)
-    assert stages == ["synthesizing", "synth_done", "gpu"], "the engine's stage names"
+    assert stages == ["synthesizing", "synth_done", "gpu", "committing"], "the stage names"
 
 
 def test_mismatched_shapes_are_refused() -> None:

@@ -71,7 +71,7 @@ def test_an_unreachable_api_server_costs_the_status_not_the_proof(tmp_path: Path
     assert "Traceback" not in done.stderr
     warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
     assert len(warnings) == 1, done.stderr
-    assert "could not claim the GPU worker on gpu-node-1" in warnings[0]
+    assert "could not join the GPU's lanes on gpu-node-1" in warnings[0]
     assert "proving on without worker status" in warnings[0]
     assert "MaxRetryError" in warnings[0], "the cause is named with its type"
 

@@ -1,0 +1,405 @@
+"""The one typed model of a WorkerStatus, read and written by the prover, the operator and the
+status server alike.
+
+A node's WorkerStatus has one worker per physical GPU (keyed by its UUID). A GPU carries
+lanes: the partition pods the device plugin's time-slicing replicas put on it, in arrival
+order. At most one lane holds the GPU phase (``holder``); the others start, synthesize, wait
+for the GPU or commit on the CPU meanwhile. What the API server stores is the ``to_status``
+form (camelCase, the CRD's schema); everything else in kuzk reads it through ``parse``.
+
+A worker's state follows from its lanes: ``gpu`` while a lane holds the GPU phase (the only
+state counted as busy), ``waiting`` while lanes exist but none holds it (idle for a CPU
+reason), ``idle`` with no lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from kuzk import api
+
+
+class LaneStage(StrEnum):
+    """Where a lane is: start-up, synthesis (CPU), ready and waiting for the GPU phase
+    (``synth_done`` with ``readyAt``), the GPU phase, the commitment (CPU)."""
+
+    STARTING = "starting"
+    SYNTHESIZING = api.SYNTHESIZING
+    SYNTH_DONE = api.SYNTH_DONE
+    GPU = api.GPU
+    COMMITTING = "committing"
+
+
+class WorkerState(StrEnum):
+    """What a physical GPU is doing, as derived from its lanes."""
+
+    IDLE = "idle"
+    WAITING = "waiting"
+    GPU = "gpu"
+
+
+# The ProofJob partition state a lane's stage shows as. The job's status keeps the engine's
+# vocabulary: the commitment is shown as part of the partition's ``gpu`` state, as before lanes.
+PARTITION_STATE = {
+    LaneStage.STARTING: api.SCHEDULED,
+    LaneStage.SYNTHESIZING: api.SYNTHESIZING,
+    LaneStage.SYNTH_DONE: api.SYNTH_DONE,
+    LaneStage.GPU: api.GPU,
+    LaneStage.COMMITTING: api.GPU,
+}
+
+PREVIOUS_PODS = 8
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A partition pod: the identity of a lane."""
+
+    name: str
+    uid: str
+
+    def as_status(self) -> dict[str, Any]:
+        return {"name": self.name, "uid": self.uid}
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The ProofJob a lane proves a partition of."""
+
+    namespace: str
+    name: str
+    uid: str
+    proof_kind: str
+
+    def as_status(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "proofKind": self.proof_kind,
+        }
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU a worker drives; the UUID is its identity."""
+
+    uuid: str
+    name: str = ""
+    memory_bytes: int | None = None
+
+    def as_status(self) -> dict[str, Any]:
+        gpu: dict[str, Any] = {"uuid": self.uuid}
+        if self.name:
+            gpu["name"] = self.name
+        if self.memory_bytes is not None:
+            gpu["memoryBytes"] = self.memory_bytes
+        return gpu
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One partition pod on a GPU."""
+
+    pod: PodRef
+    job: JobRef
+    partition: int
+    attempt: int
+    priority: int
+    stage: LaneStage
+    since: datetime
+    heartbeat: datetime
+    ready_at: datetime | None = None
+
+    def as_status(self) -> dict[str, Any]:
+        lane: dict[str, Any] = {
+            "pod": self.pod.as_status(),
+            "job": self.job.as_status(),
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "priority": self.priority,
+            "stage": str(self.stage),
+            "since": _stamp(self.since),
+            "heartbeat": _stamp(self.heartbeat),
+        }
+        if self.ready_at is not None:
+            lane["readyAt"] = _stamp(self.ready_at)
+        return lane
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The lane in its GPU phase: its pod, and since when it holds the GPU."""
+
+    pod: PodRef
+    since: datetime
+
+    def as_status(self) -> dict[str, Any]:
+        return {"pod": self.pod.as_status(), "since": _stamp(self.since)}
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One physical GPU on the node."""
+
+    id: str
+    gpu: Gpu
+    lanes: tuple[Lane, ...] = ()
+    holder: Holder | None = None
+    previous_pod_uids: tuple[str, ...] = ()
+    completed: int = 0
+    since: datetime | None = None
+
+    @property
+    def state(self) -> WorkerState:
+        if self.holder is not None:
+            return WorkerState.GPU
+        return WorkerState.WAITING if self.lanes else WorkerState.IDLE
+
+    def lane(self, pod_uid: str) -> Lane | None:
+        return next((lane for lane in self.lanes if lane.pod.uid == pod_uid), None)
+
+    def holding_lane(self) -> Lane | None:
+        return None if self.holder is None else self.lane(self.holder.pod.uid)
+
+    def queue(self) -> list[Lane]:
+        """The lanes ready for the GPU phase and waiting for it, in the order they get it:
+        higher priority first, then the one ready first, then arrival."""
+        order = {lane.pod.uid: k for k, lane in enumerate(self.lanes)}
+        waiting = [
+            lane
+            for lane in self.lanes
+            if lane.ready_at is not None
+            and (self.holder is None or lane.pod.uid != self.holder.pod.uid)
+        ]
+        return sorted(
+            waiting,
+            key=lambda lane: (-lane.priority, lane.ready_at, order[lane.pod.uid]),
+        )
+
+    def with_lane(self, lane: Lane) -> Worker:
+        """This worker with ``lane`` replacing the lane of the same pod (or appended)."""
+        if self.lane(lane.pod.uid) is None:
+            return replace(self, lanes=(*self.lanes, lane))
+        lanes = tuple(lane if old.pod.uid == lane.pod.uid else old for old in self.lanes)
+        return replace(self, lanes=lanes)
+
+    def without_lane(self, pod_uid: str) -> Worker:
+        """This worker with the pod's lane gone, and the GPU phase with it if it held it."""
+        holder = self.holder
+        if holder is not None and holder.pod.uid == pod_uid:
+            holder = None
+        lanes = tuple(lane for lane in self.lanes if lane.pod.uid != pod_uid)
+        return replace(self, lanes=lanes, holder=holder)
+
+    def remember(self, pod_uid: str) -> Worker:
+        """Remember a pod that was taken from the GPU phase while it held it: a later release
+        about it is stale."""
+        previous = [u for u in self.previous_pod_uids if u != pod_uid]
+        return replace(self, previous_pod_uids=(pod_uid, *previous)[:PREVIOUS_PODS])
+
+    def as_status(self) -> dict[str, Any]:
+        worker: dict[str, Any] = {
+            "id": self.id,
+            "gpu": self.gpu.as_status(),
+            "state": str(self.state),
+            "lanes": [lane.as_status() for lane in self.lanes],
+            "completed": self.completed,
+        }
+        if self.holder is not None:
+            worker["holder"] = self.holder.as_status()
+        if self.previous_pod_uids:
+            worker["previousPodUIDs"] = list(self.previous_pod_uids)
+        if self.since is not None:
+            worker["since"] = _stamp(self.since)
+        return worker
+
+
+@dataclass(frozen=True)
+class WorkerStatusModel:
+    """The ``status`` of a node's WorkerStatus."""
+
+    workers: tuple[Worker, ...] = ()
+    stale_writes_rejected: int = 0
+    updated_at: datetime | None = None
+
+    def worker(self, worker_id: str) -> Worker | None:
+        return next((w for w in self.workers if w.id == worker_id), None)
+
+    def worker_of_gpu(self, uuid: str) -> Worker | None:
+        return next((w for w in self.workers if w.gpu.uuid == uuid), None)
+
+    def worker_of_pod(self, pod_uid: str) -> Worker | None:
+        """The worker on which this pod has a lane."""
+        return next((w for w in self.workers if w.lane(pod_uid) is not None), None)
+
+    def with_worker(self, worker: Worker) -> WorkerStatusModel:
+        if self.worker(worker.id) is None:
+            return replace(self, workers=(*self.workers, worker))
+        workers = tuple(worker if w.id == worker.id else w for w in self.workers)
+        return replace(self, workers=workers)
+
+    def new_worker_id(self) -> str:
+        """The lowest free ``W<k>``."""
+        used = {w.id for w in self.workers}
+        return next(f"W{k}" for k in range(len(self.workers) + 1) if f"W{k}" not in used)
+
+    def as_status(self, now: datetime) -> dict[str, Any]:
+        """The stored form, with the counts the printer columns show."""
+        return {
+            "workers": [w.as_status() for w in self.workers],
+            "proving": sum(1 for w in self.workers if w.holder is not None),
+            "lanes": sum(len(w.lanes) for w in self.workers),
+            "workerCount": len(self.workers),
+            "staleWritesRejected": self.stale_writes_rejected,
+            "updatedAt": _stamp(now),
+        }
+
+
+# --- reading the stored form -----------------------------------------------------------
+def _stamp(moment: datetime) -> str:
+    return api.format_time(moment, millis=True)
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return api.parse_time(str(value))
+    except ValueError:
+        return None
+
+
+def _pod(value: Any) -> PodRef:
+    pod = value if isinstance(value, Mapping) else {}
+    return PodRef(str(pod.get("name") or ""), str(pod.get("uid") or ""))
+
+
+def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
+    job = value.get("job") or {}
+    since = _time(value.get("since")) or fallback
+    try:
+        stage = LaneStage(str(value.get("stage") or LaneStage.STARTING))
+    except ValueError:
+        stage = LaneStage.STARTING
+    return Lane(
+        pod=_pod(value.get("pod")),
+        job=JobRef(
+            str(job.get("namespace") or ""),
+            str(job.get("name") or ""),
+            str(job.get("uid") or ""),
+            str(job.get("proofKind") or ""),
+        ),
+        partition=int(value.get("partition") or 0),
+        attempt=int(value.get("attempt") or 1),
+        priority=int(value.get("priority") or 0),
+        stage=stage,
+        since=since,
+        heartbeat=_time(value.get("heartbeat")) or since,
+        ready_at=_time(value.get("readyAt")),
+    )
+
+
+def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
+    gpu = value.get("gpu") or {}
+    memory = gpu.get("memoryBytes")
+    holder = value.get("holder")
+    return Worker(
+        id=str(value.get("id") or ""),
+        gpu=Gpu(
+            str(gpu.get("uuid") or ""),
+            str(gpu.get("name") or ""),
+            None if memory is None else int(memory),
+        ),
+        lanes=tuple(_lane(lane, fallback) for lane in value.get("lanes") or []),
+        holder=(
+            Holder(_pod(holder.get("pod")), _time(holder.get("since")) or fallback)
+            if isinstance(holder, Mapping)
+            else None
+        ),
+        previous_pod_uids=tuple(str(u) for u in value.get("previousPodUIDs") or []),
+        completed=int(value.get("completed") or 0),
+        since=_time(value.get("since")),
+    )
+
+
+def parse(status: Mapping[str, Any] | None, fallback: datetime | None = None) -> WorkerStatusModel:
+    """The model of a stored ``status`` (a missing one is empty). Times that are absent fall
+    back to ``fallback`` (default: the status's ``updatedAt``, else the epoch)."""
+    status = status or {}
+    updated = _time(status.get("updatedAt"))
+    base = fallback or updated or datetime.fromtimestamp(0, tz=UTC)
+    return WorkerStatusModel(
+        workers=tuple(_worker(w, base) for w in status.get("workers") or []),
+        stale_writes_rejected=int(status.get("staleWritesRejected") or 0),
+        updated_at=updated,
+    )
+
+
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+
+
+def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
+    try:
+        value = int(str(labels.get(key, "")))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def physical_gpus(node: Mapping[str, Any], gpu_resource: str, workers: int = 0) -> int:
+    """How many physical GPUs a node has, never counting time-slicing replicas: the GPU
+    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatus
+    lists, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    counted = _label_int(labels, GPU_COUNT_LABEL)
+    if counted is not None:
+        return counted
+    if workers > 0:
+        return workers
+    status = node.get("status") or {}
+    amounts = status.get("allocatable") or status.get("capacity") or {}
+    try:
+        advertised = int(str(amounts.get(gpu_resource, 0) or 0))
+    except ValueError:
+        return 0
+    return advertised // (_label_int(labels, GPU_REPLICAS_LABEL) or 1)
+
+
+def lane_priority(proof_kind: str) -> int:
+    """The rank a proof kind's lanes wait for the GPU with: the order of its PriorityClass
+    (a kind with a deadline before one without, a shorter deadline first)."""
+    ranked = sorted(
+        {d.active_deadline_seconds for d in api.PROOF_KINDS.values()},
+        key=lambda s: float("inf") if s is None else s,
+        reverse=True,
+    )
+    defaults = api.PROOF_KINDS.get(proof_kind)
+    if defaults is None:
+        return 0
+    return ranked.index(defaults.active_deadline_seconds)
+
+
+__all__ = [
+    "GPU_COUNT_LABEL",
+    "GPU_REPLICAS_LABEL",
+    "PARTITION_STATE",
+    "PREVIOUS_PODS",
+    "Gpu",
+    "Holder",
+    "JobRef",
+    "Lane",
+    "LaneStage",
+    "PodRef",
+    "Worker",
+    "WorkerState",
+    "WorkerStatusModel",
+    "lane_priority",
+    "parse",
+    "physical_gpus",
+]
