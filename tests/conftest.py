@@ -113,13 +113,16 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 def nodes(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
     Callable[..., ProcessKubelet]
 ]:
-    """Start process-kubelet nodes for this test: ``nodes(2, gpus=2)``. Node names are unique
-    to the test; the nodes and their pods are removed at teardown."""
+    """Start process-kubelet nodes for this test: ``nodes(2, gpus=2)``, with ``replicas=N``
+    time-slicing replicas per GPU. Node names are unique to the test; the nodes and their pods
+    are removed at teardown."""
     stack = contextlib.ExitStack()
     prefix = f"{_short(request.node.name)[:20]}-{uuid.uuid4().hex[:4]}"
 
-    def start(count: int = 1, *, gpus: int = 2, **labels: str) -> ProcessKubelet:
-        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, labels=dict(labels)) for i in range(count)]
+    def start(count: int = 1, *, gpus: int = 2, replicas: int = 1,
+              **labels: str) -> ProcessKubelet:
+        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, labels=dict(labels), replicas=replicas)
+                 for i in range(count)]
         kubelet = stack.enter_context(cluster.kubelet(specs))
         for spec in specs:
             wait_for(lambda s=spec: _node_ready(cluster.core, s.name), 60, f"node {spec.name}")

@@ -1,6 +1,7 @@
 """A process kubelet: GPU nodes whose pods run as local processes.
 
-It registers nodes with ``nvidia.com/gpu`` capacity and keeps them Ready, watches the pods
+It registers nodes with ``nvidia.com/gpu`` capacity (each GPU as ``NodeSpec.replicas``
+time-slicing replicas, handed out least-loaded GPU first) and keeps them Ready, watches the pods
 that kube-scheduler binds to them and runs each container's ``command`` + ``args`` as a
 process in this Python environment, with the pod's env (values, downward API, ConfigMap and
 Secret keys, ``$(VAR)`` expansion), its own 127.x.y.z address, fake GPU UUIDs in
@@ -40,7 +41,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -96,15 +98,51 @@ def gpu_uuid(node: str, index: int) -> str:
 
 @dataclass
 class NodeSpec:
+    """A GPU node. With ``replicas`` N > 1 each physical GPU is advertised as N schedulable
+    ``nvidia.com/gpu`` (the NVIDIA device plugin's time-slicing), and labelled as the GPU
+    feature discovery labels a time-sliced node."""
+
     name: str
     gpus: int = 2
     cpu: str = "16"
     memory: str = "64Gi"
     pods: str = "110"
     labels: dict[str, str] = field(default_factory=dict)
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            msg = f"node {self.name}: replicas must be at least 1, not {self.replicas}"
+            raise ValueError(msg)
 
     def gpu_uuids(self) -> list[str]:
         return [gpu_uuid(self.name, i) for i in range(self.gpus)]
+
+    def gpu_labels(self) -> dict[str, str]:
+        return {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.count": str(self.gpus),
+            "nvidia.com/gpu.replicas": str(self.replicas),
+            "nvidia.com/gpu.sharing-strategy": "time-slicing" if self.replicas > 1 else "none",
+        }
+
+
+def pick_replicas(
+    uuids: list[str], in_use: Mapping[str, int], replicas: int, count: int
+) -> list[str] | None:
+    """``count`` GPU replicas for one pod, least-loaded GPU first (the device plugin's
+    ``distributed`` policy; ties by GPU index), as the physical GPU UUID of each; None when
+    fewer than ``count`` are free."""
+    load = {uuid_: in_use.get(uuid_, 0) for uuid_ in uuids}
+    picked: list[str] = []
+    for _ in range(count):
+        free = [u for u in uuids if load[u] < replicas]
+        if not free:
+            return None
+        best = min(free, key=lambda u: (load[u], uuids.index(u)))
+        load[best] += 1
+        picked.append(best)
+    return picked
 
 
 class _Addresses:
@@ -146,7 +184,8 @@ class ProcessKubelet:
         # UIDs whose runner has ended. A lagging watch can deliver a pod's old "Running" event
         # after its runner finished; a kubelet never starts the same pod twice.
         self.ended: set[str] = set()
-        self.gpus_in_use: dict[str, dict[str, str]] = {n.name: {} for n in nodes}
+        # node -> pod UID -> the physical GPU UUIDs of the replicas it holds
+        self.gpus_in_use: dict[str, dict[str, list[str]]] = {n.name: {} for n in nodes}
         self.lock = threading.RLock()
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -218,7 +257,7 @@ class ProcessKubelet:
     # --- nodes -------------------------------------------------------------------------
     def _node_status(self, spec: NodeSpec) -> dict[str, Any]:
         resources = {"cpu": spec.cpu, "memory": spec.memory, "pods": spec.pods,
-                     GPU_RESOURCE: str(spec.gpus), "ephemeral-storage": "100Gi"}
+                     GPU_RESOURCE: str(spec.gpus * spec.replicas), "ephemeral-storage": "100Gi"}
         t = now()
         cond = [
             {"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -248,8 +287,7 @@ class ProcessKubelet:
             "kubernetes.io/hostname": spec.name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.count": str(spec.gpus),
+            **spec.gpu_labels(),
             **spec.labels,
         }
         body = {"apiVersion": "v1", "kind": "Node",
@@ -377,20 +415,21 @@ class ProcessKubelet:
 
     # --- GPUs --------------------------------------------------------------------------
     def allocate_gpus(self, node: str, uid: str, count: int) -> list[str] | None:
+        """``count`` replicas for pod ``uid``, least-loaded GPU first; the distinct physical
+        GPU UUIDs they are on (the container's NVIDIA_VISIBLE_DEVICES), or None."""
         with self.lock:
-            used = self.gpus_in_use[node]
-            free = [g for g in self.nodes[node].gpu_uuids() if g not in used]
-            if len(free) < count:
+            held = self.gpus_in_use[node]
+            spec = self.nodes[node]
+            load = Counter(g for gpus in held.values() for g in gpus)
+            picked = pick_replicas(spec.gpu_uuids(), load, spec.replicas, count)
+            if picked is None:
                 return None
-            for g in free[:count]:
-                used[g] = uid
-            return free[:count]
+            held[uid] = picked
+            return list(dict.fromkeys(picked))
 
     def release_gpus(self, node: str, uid: str) -> None:
         with self.lock:
-            used = self.gpus_in_use[node]
-            for g in [g for g, owner in used.items() if owner == uid]:
-                del used[g]
+            self.gpus_in_use[node].pop(uid, None)
 
 
 def _requested_gpus(pod: dict[str, Any]) -> int:

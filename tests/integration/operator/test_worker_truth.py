@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuzk import api
+from kuzk.runtime import SWEEP_SECONDS
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import ProcessKubelet
@@ -112,7 +113,10 @@ def _workers(cluster: Cluster, nodes: list[str]) -> list[dict[str, Any]]:
 
 def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace: str, nodes,
                                                     run_operator) -> None:
-    kubelet = nodes(2, gpus=2)
+    """Two lanes per GPU (time-slicing replicas) on 2 nodes x 2 GPUs, sampled every 0.1 s:
+    no lane of a working pod lost, never a lane in stage gpu that is not the holder (so never
+    two lanes in one GPU's phase), every partition done, no pod left on its finalizer."""
+    kubelet = nodes(2, gpus=2, replicas=2)
     run_operator(*REAL_PROVER)
     samples: list[Sample] = []
     stop = threading.Event()
@@ -129,6 +133,14 @@ def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace:
     proving_seen = {uid for s in samples for uid in s.holders.values() if uid}
     assert len(proving_seen) >= 8, "the sampler should see most partitions in the GPU phase"
     assert _lies(samples) == []
+    shared = [s for s in samples if any(len(uids) > 1 for uids in s.lanes.values())]
+    assert shared, "two lanes should share a GPU at some point"
+    assert all(len(uids) <= 2 for s in samples for uids in s.lanes.values())
+    finalized = [p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items
+                 if api.FINALIZER in (p.metadata.finalizers or [])]
+    wait_for(lambda: not [p for p in cluster.core.list_namespaced_pod(namespace).items
+                          if api.FINALIZER in (p.metadata.finalizers or [])],
+             30, f"no pod left on its finalizer (had: {finalized})")
 
     workers = _workers(cluster, sorted(kubelet.nodes))
     assert len(workers) == 4
@@ -207,3 +219,45 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
         namespace, field_selector="involvedObject.name=crash,reason=PartitionRetried").items
     assert events
     assert get_job(cluster, namespace, "crash") is not None
+
+
+def test_a_lane_waiting_behind_a_sigkilled_holder_gets_the_gpu(
+        cluster: Cluster, namespace: str, nodes, run_operator) -> None:
+    """One GPU with two lanes: the holder of the GPU phase is SIGKILLed while the other lane
+    waits for it; the operator's finalizer release (at the latest its sweep) frees the GPU
+    phase, the waiter holds it next, and the killed partition is retried."""
+    kubelet = nodes(1, gpus=1, replicas=2)
+    node = next(iter(kubelet.nodes))
+    run_operator(*REAL_PROVER)
+    custom = client.CustomObjectsApi(cluster.api)
+
+    def worker() -> dict[str, Any]:
+        try:
+            ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION,
+                                                  api.WORKERSTATUS_PLURAL, node)
+        except ApiException as e:
+            if e.status == 404:  # the operator has not created it yet
+                return {}
+            raise
+        return ((ws.get("status") or {}).get("workers") or [{}])[0]
+
+    def holder_and_waiter() -> tuple[str, str] | None:
+        w = worker()
+        held = (w.get("holder") or {}).get("pod", {}).get("uid")
+        waiting = [lane["pod"]["uid"] for lane in w.get("lanes") or []
+                   if lane.get("readyAt") and lane["pod"]["uid"] != held]
+        return (held, waiting[0]) if held and waiting else None
+
+    apply_job(cluster, namespace, proofjob("queue", partitions=2, circuitLog2=22))
+    held, waiter = wait_for(holder_and_waiter, 120, "one lane holding, the other waiting",
+                            interval=0.02)
+    pid = _pid_of(kubelet, held)
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: (worker().get("holder") or {}).get("pod", {}).get("uid") == waiter,
+             SWEEP_SECONDS + 15, "the waiting lane holding the GPU phase")
+    job = wait_job(cluster, namespace, "queue", "Succeeded", timeout=240)
+    attempts = sorted(p["attempt"] for p in job["status"]["partitions"])
+    assert attempts == [1, 2], "the killed partition was retried"
+    final = worker()
+    assert (final["state"], final["completed"], final.get("lanes")) == ("idle", 2, [])
