@@ -5,7 +5,7 @@
 
 Starts its own control plane (etcd and kube-apiserver from tests/testenv; no kubelet, no
 scheduler: no pod runs) and creates synthetic objects in it: ``--nodes`` Nodes with ``--gpus``
-nvidia.com/gpu each and their WorkerStatuses (half the workers proving), and ``--jobs``
+nvidia.com/gpu each and their WorkerStatuses (every other GPU in its GPU phase), and ``--jobs``
 snap-update ProofJobs of ``--partitions`` partitions in mixed states, every status written
 through the status subresource as the operator and the provers write it. Then:
 
@@ -91,17 +91,22 @@ def job_status(job: int, count: int, last: str) -> dict[str, Any]:
 
 
 def worker_entries(node: int, gpus: int, jobs: int) -> list[dict[str, Any]]:
+    """Every other GPU with one lane holding its GPU phase, the rest idle."""
+    now = api.format_time(datetime.now(UTC), millis=True)
     out = []
     for k in range(gpus):
         entry: dict[str, Any] = {"id": f"W{k}", "gpu": {"uuid": f"GPU-{uuid.uuid4()}",
                                                         "name": "NVIDIA H100 80GB HBM3"},
-                                 "state": "idle", "completed": node + k}
+                                 "state": "idle", "lanes": [], "completed": node + k}
         if k % 2 == 0 and jobs:
             job = (node * gpus + k) % jobs
-            entry |= {"state": "proving", "stage": "gpu", "partition": k, "attempt": 1,
-                      "job": {"namespace": NAMESPACE, "name": f"snap-{job:04d}",
-                              "uid": str(uuid.uuid4()), "proofKind": "snap-update"},
-                      "pod": {"name": f"snap-{job:04d}-p{k}-a1", "uid": str(uuid.uuid4())}}
+            pod = {"name": f"snap-{job:04d}-p{k}-a1", "uid": str(uuid.uuid4())}
+            entry["lanes"] = [{
+                "pod": pod, "stage": "gpu", "partition": k, "attempt": 1, "priority": 0,
+                "since": now, "heartbeat": now,
+                "job": {"namespace": NAMESPACE, "name": f"snap-{job:04d}",
+                        "uid": str(uuid.uuid4()), "proofKind": "snap-update"}}]
+            entry |= {"state": "gpu", "holder": {"pod": pod, "since": now}}
         out.append(entry)
     return out
 

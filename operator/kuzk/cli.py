@@ -153,6 +153,11 @@ def _parser() -> argparse.ArgumentParser:
         "--kubeconfig", type=_kubeconfig, default=None,
         help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)",
     )
+    st.add_argument(
+        "--gpu-resource",
+        default="nvidia.com/gpu",
+        help="extended resource name of one GPU, as the operator's (default nvidia.com/gpu)",
+    )
     st.add_argument("--log-format", choices=["plain", "json"], default="plain")
     return parser
 
@@ -327,7 +332,8 @@ def run_status_server(args: argparse.Namespace) -> int:
         return 1
     source = app.Source(configuration, tuple(args.namespace))
     try:
-        app.serve(source, host=args.host, port=args.port, keep_finished=args.keep_finished)
+        app.serve(source, host=args.host, port=args.port, keep_finished=args.keep_finished,
+                  gpu_resource=args.gpu_resource)
     except OSError as e:
         print(f"error: cannot serve on {args.host}:{args.port}: {e.strerror or e}",
               file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Run the test control plane by hand: ``python -m tests.testenv [--nodes N] [--gpus G] [--replicas R]``.
+"""Run the test control plane by hand:
+``python -m tests.testenv [--nodes N] [--gpus G] [--replicas R]``.
 
 It starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a process kubelet
 with N GPU nodes, prints the kubeconfig path, and runs until interrupted (Ctrl-C).

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk import api
+from kuzk import api, workerstatus
 from kuzk.api import DONE, FAILED, FINISHED_PHASES, PENDING, SCHEDULED, TERMINAL_STATES
-from kuzk.status.history import STRIP_CELLS, WINDOW_S, History, WorkerTrack
-from kuzk.status.objects import Job, Node, Pod, Worker, WorkerNode
+from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
+from kuzk.status.objects import Job, Node, Pod, WorkerNode
 
 QUEUED_STATES = (PENDING, SCHEDULED)
 PodKey = tuple[str, str, int, int]
@@ -127,51 +127,101 @@ def _opt(value: float | None) -> float | None:
     return None if value is None else _secs(value)
 
 
-def gpu_worker(wn: WorkerNode, w: Worker, snap: Snapshot, now: float) -> dict[str, Any]:
+def _lane_row(lane: workerstatus.Lane, now: float) -> dict[str, Any]:
+    ready = lane.ready_at.timestamp() if lane.ready_at is not None else None
+    return {
+        "pod": lane.pod.name,
+        "job_id": f"{lane.job.namespace}/{lane.job.name}",
+        "proof_kind": lane.job.proof_kind,
+        "partition": lane.partition,
+        "attempt": lane.attempt,
+        "stage": str(lane.stage),
+        "stage_secs": _secs(now - lane.since.timestamp()),
+        "heartbeat_age_secs": _secs(now - lane.heartbeat.timestamp()),
+        "ready_secs": None if ready is None else _secs(now - ready),
+    }
+
+
+def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
+               now: float) -> dict[str, Any]:
     node = wn.node
     track = snap.history.workers.get((node, w.id))
-    proving = w.state == "proving"
     start = snap.history.window_start(now)
     busy = track.busy_between(start, now) if track else 0.0
-    job_id = f"{w.job_namespace}/{w.job_name}" if proving and w.job_name else None
-    since = w.since if w.since is not None else (track.proving_since if track else None)
+    held = w.holding_lane()
+    holder = None if held is None or w.holder is None else {
+        "pod": held.pod.name,
+        "job_id": f"{held.job.namespace}/{held.job.name}",
+        "proof_kind": held.job.proof_kind,
+        "partition": held.partition,
+        "attempt": held.attempt,
+        "since_secs": _secs(now - w.holder.since.timestamp()),
+    }
+    beats = [lane.heartbeat.timestamp() for lane in w.lanes]
     return {
         "node": node,
         "worker_id": w.id,
-        "gpu_uuid": w.gpu_uuid,
-        "gpu_name": w.gpu_name,
-        "state": w.state,
-        "stage": w.stage,
-        "current_job": job_id,
-        "current_proof_kind": w.proof_kind,
-        "current_partition": w.partition,
-        "attempt": w.attempt,
-        "busy_secs": _secs(now - since) if proving and since is not None else 0.0,
-        "stage_secs": _secs(now - track.stage_since) if proving and track else None,
-        "heartbeat_age_secs": None if w.heartbeat is None else _secs(now - w.heartbeat),
+        "gpu_uuid": w.gpu.uuid or None,
+        "gpu_name": w.gpu.name or None,
+        "state": str(w.state),
+        "holder": holder,
+        "lanes": [_lane_row(lane, now) for lane in w.lanes],
+        "idle_reason": None if track is None or track.mode == BUSY else track.mode,
+        "stage": str(held.stage) if held else None,
+        "current_job": holder["job_id"] if holder else None,
+        "current_proof_kind": holder["proof_kind"] if holder else None,
+        "current_partition": holder["partition"] if holder else None,
+        "attempt": holder["attempt"] if holder else None,
+        "busy_secs": holder["since_secs"] if holder else None,
+        "stage_secs": _secs(now - held.since.timestamp()) if held else None,
+        "heartbeat_age_secs": _secs(now - max(beats)) if beats else None,
         "completed": w.completed,
         "busy_fraction_10m": _fraction(busy, now - start),
         "busy_seconds_total": _secs(track.busy_total(now)) if track else 0.0,
+        "idle_seconds_total": {reason: _secs(track.total(reason, now)) if track else 0.0
+                               for reason in IDLE_REASONS},
         "busy_strip_10m": strip(track, snap.history.started, now),
+        "idle_strip_10m": idle_strip(track, snap.history.started, now),
         "resource_version": wn.resource_version,
     }
 
 
-def strip(track: WorkerTrack | None, started: float, now: float) -> list[float | None]:
-    """The last ten minutes in STRIP_CELLS slices, oldest first: the share of each slice the
-    worker was proving; None for slices before the server started."""
+def _cells(started: float, now: float) -> list[tuple[float, float] | None]:
+    """The last ten minutes in STRIP_CELLS slices, oldest first; None before the server
+    started."""
     width = WINDOW_S / STRIP_CELLS
-    cells: list[float | None] = []
+    cells: list[tuple[float, float] | None] = []
     for i in range(STRIP_CELLS):
         begin = now - WINDOW_S + i * width
         end = begin + width
-        if end <= started:
-            cells.append(None)
-            continue
-        begin = max(begin, started)
-        busy = track.busy_between(begin, end) if track else 0.0
-        cells.append(round(min(busy / (end - begin), 1.0), 3) if end > begin else None)
+        cells.append(None if end <= started else (max(begin, started), end))
     return cells
+
+
+def strip(track: WorkerTrack | None, started: float, now: float) -> list[float | None]:
+    """The share of each slice of the last ten minutes the GPU was in its GPU phase."""
+    out: list[float | None] = []
+    for cell in _cells(started, now):
+        if cell is None or cell[1] <= cell[0]:
+            out.append(None)
+            continue
+        busy = track.busy_between(*cell) if track else 0.0
+        out.append(round(min(busy / (cell[1] - cell[0]), 1.0), 3))
+    return out
+
+
+def idle_strip(track: WorkerTrack | None, started: float, now: float) -> list[str | None]:
+    """The reason the GPU was idle longest in each slice; None where it was never idle (or
+    before the server started)."""
+    out: list[str | None] = []
+    for cell in _cells(started, now):
+        if cell is None or track is None:
+            out.append(None)
+            continue
+        idle = {reason: track.between(*cell, reason) for reason in IDLE_REASONS}
+        reason = max(idle, key=lambda r: idle[r])
+        out.append(reason if idle[reason] > 0 else None)
+    return out
 
 
 def workers(snap: Snapshot, now: float) -> list[dict[str, Any]]:
@@ -181,16 +231,21 @@ def workers(snap: Snapshot, now: float) -> list[dict[str, Any]]:
 
 
 def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    """Physical GPUs, by the one rule (``workerstatus.physical_gpus``: the node's GPU count
+    label, else its WorkerStatus's workers, else its GPUs divided by its replicas)."""
     per_node: Counter[str] = Counter(row["node"] for row in gpu_rows)
-    capacity = {n.name: n.gpus for n in snap.nodes if n.gpus > 0}
-    names = set(capacity) | set(per_node)
-    gpus = sum(max(capacity.get(name, 0), per_node[name]) for name in names)
+    nodes = {n.name: n for n in snap.nodes if n.gpus() > 0}
+    names = set(nodes) | set(per_node)
+    gpus = sum(nodes[name].gpus(per_node[name]) if name in nodes else per_node[name]
+               for name in names)
     start = snap.history.window_start(now)
     busy = sum(track.busy_between(start, now) for track in snap.history.workers.values())
     return {
         "nodes": len(names),
         "gpus": gpus,
-        "gpus_proving": sum(row["state"] == "proving" for row in gpu_rows),
+        "gpus_proving": sum(row["state"] == str(workerstatus.WorkerState.GPU) for row in gpu_rows),
+        "gpus_waiting": sum(row["state"] == str(workerstatus.WorkerState.WAITING)
+                            for row in gpu_rows),
         "busy_fraction_10m": _fraction(busy, gpus * (now - start)) if gpus else None,
     }
 

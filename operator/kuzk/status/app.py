@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from kuzk import api
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters
+from kuzk.status.objects import DEFAULT_GPU_RESOURCE
 from kuzk.status.view import StatusView
 from kuzk.status.watches import KubeClient, Watches
 
@@ -180,9 +181,10 @@ def configure_logging(log_format: str) -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
-def serve(source: Source, *, host: str, port: int, keep_finished: float) -> None:
+def serve(source: Source, *, host: str, port: int, keep_finished: float,
+          gpu_resource: str = DEFAULT_GPU_RESOURCE) -> None:
     """Run the status server until SIGINT or SIGTERM."""
-    view = StatusView(keep_finished=keep_finished)
+    view = StatusView(keep_finished=keep_finished, gpu_resource=gpu_resource)
     logging.getLogger("kuzk.status").info("serving on %s:%d", host, port)
     web.run_app(make_app(view, source), host=host, port=port, access_log=None, print=None,
                 keepalive_timeout=15)

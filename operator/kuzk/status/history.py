@@ -1,18 +1,28 @@
 """What the status server has seen happen, which no single API object says.
 
 The objects say what is true now; a screen also needs what was true a moment ago: how long a
-worker has been proving over the last ten minutes, how long a partition has been in its
-state, how many partitions finished while the server ran. ``History`` is fed every object the
-watches deliver, with the time it arrived, and keeps exactly that. Its counters only go up
-(Prometheus semantics: a restarted server starts them again from what its first lists show).
+GPU spent in its GPU phase over the last ten minutes and why it was idle otherwise, how long a
+partition has been in its state, how many partitions finished while the server ran.
+``History`` is fed every object the watches deliver, with the time it arrived, and keeps
+exactly that. Its counters only go up (Prometheus semantics: a restarted server starts them
+again from what its first lists show).
+
+A GPU's time is split into modes, one at a time, so that they add up to the wall time since
+the server first saw it: ``busy`` while a lane holds its GPU phase (nothing else is busy), else
+idle for a reason: ``cpu`` (lanes, none holding: starting, synthesizing, waiting or
+committing), ``unknown`` (lanes whose heartbeats all stopped), ``scheduling`` (no lane, but a
+partition that could run here is pending, or scheduled to this node and not started yet),
+``no_work`` (no lane and nothing that could run here).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from kuzk import workerstatus
 from kuzk.api import DONE, FAILED
 from kuzk.status.objects import Job, WorkerNode
 
@@ -23,29 +33,76 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.
 DURATION_STAGES = (("synthesis", "synth_ms"), ("gpu", "gpu_ms"))
 
 
+BUSY, CPU, UNKNOWN, SCHEDULING, NO_WORK = "busy", "cpu", "unknown", "scheduling", "no_work"
+IDLE_REASONS = (NO_WORK, SCHEDULING, CPU, UNKNOWN)
+# A lane whose newest heartbeat is older than this is not heard from (three missed beats).
+HEARTBEAT_FRESH_S = 30.0
+
+
+@dataclass(frozen=True)
+class Queue:
+    """What could run on a GPU with no lane: a pending partition (anywhere), or one
+    scheduled to a node whose pod has not joined a lane yet."""
+
+    pending: bool = False
+    scheduled_nodes: frozenset[str] = frozenset()
+
+
+def mode_of(worker: workerstatus.Worker, node: str, queue: Queue, now: float) -> tuple[str, float]:
+    """The mode a GPU is in now, and since when at the latest (a lane that stopped beating
+    went unknown when its heartbeat got old, not when someone looked)."""
+    if worker.holder is not None:
+        return BUSY, now
+    if worker.lanes:
+        newest = max(lane.heartbeat.timestamp() for lane in worker.lanes)
+        if now - newest > HEARTBEAT_FRESH_S:
+            return UNKNOWN, newest + HEARTBEAT_FRESH_S
+        return CPU, now
+    if queue.pending or node in queue.scheduled_nodes:
+        return SCHEDULING, now
+    return NO_WORK, now
+
+
 @dataclass
 class WorkerTrack:
-    """One GPU worker's proving intervals, as the watch saw its state change."""
+    """One GPU's time by mode (busy, or idle by reason), as the watch saw it change."""
 
     first_seen: float
-    proving_since: float | None = None
-    stage: str | None = None
-    stage_since: float = 0.0
-    busy_closed: float = 0.0
-    intervals: deque[tuple[float, float]] = field(default_factory=deque)
+    mode: str = NO_WORK
+    mode_since: float = 0.0
+    closed: dict[str, float] = field(default_factory=dict)
+    intervals: deque[tuple[float, float, str]] = field(default_factory=deque)
+
+    def switch(self, mode: str, at: float) -> None:
+        """Enter ``mode`` at ``at`` (not before the current mode began)."""
+        if mode == self.mode:
+            return
+        at = max(at, self.mode_since)
+        if at > self.mode_since:
+            self.intervals.append((self.mode_since, at, self.mode))
+            self.closed[self.mode] = self.closed.get(self.mode, 0.0) + at - self.mode_since
+        self.mode, self.mode_since = mode, at
+        while self.intervals and self.intervals[0][1] < at - WINDOW_S:
+            self.intervals.popleft()
+
+    def total(self, mode: str, now: float) -> float:
+        """Seconds in ``mode`` since the server first saw the GPU."""
+        open_part = max(now - self.mode_since, 0.0) if self.mode == mode else 0.0
+        return self.closed.get(mode, 0.0) + open_part
+
+    def between(self, start: float, end: float, mode: str = BUSY) -> float:
+        """Seconds in ``mode`` between ``start`` and ``end`` (``end`` at most now)."""
+        total = sum(max(0.0, min(stop, end) - max(begin, start))
+                    for begin, stop, m in self.intervals if m == mode)
+        if self.mode == mode:
+            total += max(0.0, end - max(self.mode_since, start))
+        return total
 
     def busy_total(self, now: float) -> float:
-        """Seconds spent proving since the server first saw the worker."""
-        open_part = now - self.proving_since if self.proving_since is not None else 0.0
-        return self.busy_closed + max(open_part, 0.0)
+        return self.total(BUSY, now)
 
     def busy_between(self, start: float, end: float) -> float:
-        """Seconds spent proving between ``start`` and ``end`` (``end`` at most now)."""
-        total = sum(max(0.0, min(stop, end) - max(begin, start))
-                    for begin, stop in self.intervals)
-        if self.proving_since is not None:
-            total += max(0.0, end - max(self.proving_since, start))
-        return total
+        return self.between(start, end, BUSY)
 
 
 @dataclass
@@ -80,7 +137,7 @@ class History:
         """What the aggregation reads, copied, so it can render in another thread while the
         watches go on feeding this one."""
         twin = History(self.started)
-        twin.workers = {k: replace(t, intervals=deque(t.intervals))
+        twin.workers = {k: replace(t, intervals=deque(t.intervals), closed=dict(t.closed))
                         for k, t in self.workers.items()}
         twin.partition_since = dict(self.partition_since)
         twin.completed, twin.failed = Counter(self.completed), Counter(self.failed)
@@ -118,30 +175,26 @@ class History:
         for p in job.partitions:
             self.partition_since.pop((job.uid, p.index), None)
 
-    def saw_workers(self, node: WorkerNode, now: float) -> None:
+    def saw_workers(self, node: WorkerNode, queue: Queue, now: float) -> None:
         for w in node.workers:
-            track = self.workers.get((node.node, w.id))
-            if track is None:
-                track = self.workers[(node.node, w.id)] = WorkerTrack(first_seen=now,
-                                                                      stage_since=now)
-            proving = w.state == "proving"
-            if proving and track.proving_since is None:
-                track.proving_since = now
-            elif not proving and track.proving_since is not None:
-                track.intervals.append((track.proving_since, now))
-                track.busy_closed += now - track.proving_since
-                track.proving_since = None
-            stage = w.stage if proving else None
-            if stage != track.stage:
-                track.stage, track.stage_since = stage, now
-            while track.intervals and track.intervals[0][1] < now - WINDOW_S:
-                track.intervals.popleft()
+            if (node.node, w.id) not in self.workers:
+                self.workers[(node.node, w.id)] = WorkerTrack(first_seen=now, mode_since=now)
+        self.classify([node], queue, now)
         seen = self.stale_seen.get(node.node, 0)
         # A recreated WorkerStatus starts its own count again: what it counted is new.
         self.stale_total += node.stale_writes_rejected - (
             seen if node.stale_writes_rejected >= seen else 0
         )
         self.stale_seen[node.node] = node.stale_writes_rejected
+
+    def classify(self, nodes: Iterable[WorkerNode], queue: Queue, now: float) -> None:
+        """Move every GPU of ``nodes`` into the mode it is in now (``mode_of``)."""
+        for node in nodes:
+            for w in node.workers:
+                track = self.workers.get((node.node, w.id))
+                if track is not None:
+                    mode, since = mode_of(w, node.node, queue, now)
+                    track.switch(mode, since)
 
     def forgot_workers(self, node: WorkerNode) -> None:
         """The WorkerStatus was deleted (its node is gone): its workers leave the screen."""

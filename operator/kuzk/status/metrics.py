@@ -21,8 +21,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from kuzk.api import PHASES, STATES
-from kuzk.status.history import DURATION_BUCKETS
+from kuzk.status.history import DURATION_BUCKETS, IDLE_REASONS
 from kuzk.status.view import StatusView
+from kuzk.workerstatus import LaneStage, WorkerState
 
 
 class ViewCollector(Collector):
@@ -51,21 +52,40 @@ class ViewCollector(Collector):
                 partitions.add_metric([state, kind], by_state[(state, kind)])
         yield partitions
 
-        workers = GaugeMetricFamily("kuzk_gpu_workers", "GPU workers by node and state.",
-                                    labels=["node", "state"])
+        view.settle(now)
+        workers = GaugeMetricFamily(
+            "kuzk_gpu_workers",
+            "Physical GPUs by node and state: gpu (a lane holds the GPU phase), waiting (lanes,"
+            " none holding it), idle (no lanes).",
+            labels=["node", "state"])
+        lanes = GaugeMetricFamily("kuzk_gpu_lanes", "Lanes (partition pods on a GPU) by stage.",
+                                  labels=["node", "stage"])
         busy = CounterMetricFamily("kuzk_gpu_busy_seconds",
-                                   "Seconds each GPU worker was proving, as the watch saw it.",
+                                   "Seconds each GPU spent in its GPU phase (a lane held it), as"
+                                   " the watch saw it.",
                                    labels=["node", "worker", "gpu_uuid"])
+        idle = CounterMetricFamily("kuzk_gpu_idle_seconds",
+                                   "Seconds each GPU was not in its GPU phase, by reason: no_work,"
+                                   " scheduling, cpu, unknown. Busy plus idle is wall time.",
+                                   labels=["node", "worker", "gpu_uuid", "reason"])
         for wn in sorted(view.worker_nodes.values(), key=lambda n: n.node):
-            states = Counter(w.state for w in wn.workers)
-            for state in ("idle", "proving"):
-                workers.add_metric([wn.node, state], states[state])
+            states = Counter(str(w.state) for w in wn.workers)
+            for state in WorkerState:
+                workers.add_metric([wn.node, str(state)], states[str(state)])
+            stages = Counter(str(lane.stage) for w in wn.workers for lane in w.lanes)
+            for lane_stage in LaneStage:
+                lanes.add_metric([wn.node, str(lane_stage)], stages[str(lane_stage)])
             for w in wn.workers:
                 track = history.workers.get((wn.node, w.id))
-                busy.add_metric([wn.node, w.id, w.gpu_uuid or ""],
+                busy.add_metric([wn.node, w.id, w.gpu.uuid],
                                 track.busy_total(now) if track else 0.0)
+                for reason in IDLE_REASONS:
+                    idle.add_metric([wn.node, w.id, w.gpu.uuid, reason],
+                                    track.total(reason, now) if track else 0.0)
         yield workers
+        yield lanes
         yield busy
+        yield idle
 
         durations = HistogramMetricFamily(
             "kuzk_partition_duration_seconds",

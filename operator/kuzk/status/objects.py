@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk import api
+from kuzk import api, workerstatus
 from kuzk.api import PENDING
 
-GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -49,37 +49,30 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Worker:
-    id: str
-    state: str
-    gpu_uuid: str | None = None
-    gpu_name: str | None = None
-    stage: str | None = None
-    job_namespace: str | None = None
-    job_name: str | None = None
-    proof_kind: str | None = None
-    partition: int | None = None
-    attempt: int | None = None
-    pod_uid: str | None = None
-    since: float | None = None
-    heartbeat: float | None = None
-    completed: int = 0
-
-
-@dataclass(frozen=True)
 class WorkerNode:
-    """One WorkerStatus: the GPU workers of one node."""
+    """One WorkerStatus: the GPUs of one node, as the one model (``kuzk.workerstatus``)
+    reads them."""
 
     node: str
-    workers: tuple[Worker, ...]
+    workers: tuple[workerstatus.Worker, ...]
     stale_writes_rejected: int
     resource_version: str = ""
 
 
 @dataclass(frozen=True)
 class Node:
+    """A Node, with what ``workerstatus.physical_gpus`` reads of it."""
+
     name: str
-    gpus: int
+    gpu_resource: str
+    labels: tuple[tuple[str, str], ...]
+    advertised: str
+
+    def gpus(self, workers: int = 0) -> int:
+        """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatus lists."""
+        slim = {"metadata": {"labels": dict(self.labels)},
+                "status": {"allocatable": {self.gpu_resource: self.advertised}}}
+        return workerstatus.physical_gpus(slim, self.gpu_resource, workers)
 
 
 @dataclass(frozen=True)
@@ -161,48 +154,28 @@ def job(obj: Mapping[str, Any]) -> Job:
 
 
 def worker_node(obj: Mapping[str, Any]) -> WorkerNode:
-    """A WorkerStatus: its node's workers as the status subresource says."""
+    """A WorkerStatus: its node's GPUs as the status subresource says."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    status = obj.get("status") or {}
-    workers = []
-    for entry in status.get("workers") or []:
-        gpu, job_ref = entry.get("gpu") or {}, entry.get("job") or {}
-        proving = entry.get("state") == "proving"
-        workers.append(
-            Worker(
-                id=str(entry.get("id", "")),
-                state=str(entry.get("state", "idle")),
-                gpu_uuid=_str(gpu.get("uuid")),
-                gpu_name=_str(gpu.get("name")),
-                stage=_str(entry.get("stage")) if proving else None,
-                job_namespace=_str(job_ref.get("namespace")) if proving else None,
-                job_name=_str(job_ref.get("name")) if proving else None,
-                proof_kind=_str(job_ref.get("proofKind")) if proving else None,
-                partition=_int(entry.get("partition")) if proving else None,
-                attempt=_int(entry.get("attempt")) if proving else None,
-                pod_uid=_str((entry.get("pod") or {}).get("uid")) if proving else None,
-                since=_time(entry.get("since")),
-                heartbeat=_time(entry.get("heartbeat")),
-                completed=_int(entry.get("completed")) or 0,
-            )
-        )
+    model = workerstatus.parse(obj.get("status"))
     return WorkerNode(
         node=str(spec.get("nodeName") or meta.get("name", "")),
-        workers=tuple(workers),
-        stale_writes_rejected=_int(status.get("staleWritesRejected")) or 0,
+        workers=model.workers,
+        stale_writes_rejected=model.stale_writes_rejected,
         resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
-def node(obj: Mapping[str, Any]) -> Node:
-    """A Node and its GPU count (allocatable, else capacity)."""
+def node(obj: Mapping[str, Any], gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Node:
+    """A Node: the labels and the amount of ``gpu_resource`` its GPU count comes from."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
     status = obj.get("status") or {}
     amounts = status.get("allocatable") or status.get("capacity") or {}
-    try:
-        gpus = int(str(amounts.get(GPU_RESOURCE, "0")))
-    except ValueError:
-        gpus = 0
-    return Node(name=str((obj.get("metadata") or {}).get("name", "")), gpus=gpus)
+    kept = tuple(sorted((k, str(labels[k])) for k in
+                        (workerstatus.GPU_COUNT_LABEL, workerstatus.GPU_REPLICAS_LABEL)
+                        if k in labels))
+    return Node(name=str((obj.get("metadata") or {}).get("name", "")),
+                gpu_resource=gpu_resource, labels=kept,
+                advertised=str(amounts.get(gpu_resource, "0")))
 
 
 def pod(obj: Mapping[str, Any]) -> Pod | None:

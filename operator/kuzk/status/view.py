@@ -19,14 +19,16 @@ import gzip
 import json
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kuzk.api import PENDING, PHASE_SUSPENDED, SCHEDULED
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
-from kuzk.status.history import History
-from kuzk.status.objects import Job, Node, Pod, WorkerNode
+from kuzk.status.history import History, Queue
+from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
 RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES)
@@ -85,6 +87,7 @@ class StatusView:
     refresh: float = REFRESH_S
     started: float = field(default=0.0)
     revision: int = 0
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
 
     def __post_init__(self) -> None:
         self.started = self.started or self.clock()
@@ -99,6 +102,10 @@ class StatusView:
         self._cache: dict[Filters, Rendered] = {}
         self._rendering: dict[Filters, asyncio.Task[Rendered]] = {}
         self._renders = 0
+        # What could run on a GPU without lanes, kept per job so an event costs one job.
+        self._waiting: dict[str, tuple[bool, frozenset[str]]] = {}
+        self._pending_jobs = 0
+        self._scheduled: Counter[str] = Counter()
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -169,8 +176,17 @@ class StatusView:
         synced = self.ready and all(w.connected for w in self.watches.values())
         return Sync(synced, self.age(now), sum(self.restarts().values()))
 
+    @property
+    def queue(self) -> Queue:
+        return Queue(self._pending_jobs > 0, frozenset(n for n, k in self._scheduled.items() if k))
+
+    def settle(self, now: float) -> None:
+        """Bring every GPU's mode up to ``now``: a lane's heartbeat ages without an event."""
+        self.history.classify(self.worker_nodes.values(), self.queue, now)
+
     def snapshot(self) -> Snapshot:
         """The view as it is now; the aggregation may run on it in another thread."""
+        self.settle(self.clock())
         return Snapshot(list(self.jobs.values()), list(self.worker_nodes.values()),
                         list(self.nodes.values()), dict(self.pods_by_key),
                         self.history.copy())
@@ -224,7 +240,7 @@ class StatusView:
         elif resource == WORKERSTATUSES:
             value = objects.worker_node(item)
         elif resource == NODES:
-            value = objects.node(item)
+            value = objects.node(item, self.gpu_resource)
         else:
             value = objects.pod(item)
             if value is None:
@@ -236,8 +252,9 @@ class StatusView:
         store[k] = value
         if isinstance(value, Job):
             self.history.saw_job(value, now)
+            self._track_queue(k, value, now)
         elif isinstance(value, WorkerNode):
-            self.history.saw_workers(value, now)
+            self.history.saw_workers(value, self.queue, now)
         elif isinstance(value, Pod):
             if isinstance(old, Pod):
                 self.pods_by_key.pop(self._pod_key(old), None)
@@ -250,11 +267,29 @@ class StatusView:
             return
         if isinstance(old, Job):
             self.history.forgot_job(old)
+            self._track_queue(k, None, self.clock())
         elif isinstance(old, WorkerNode):
             self.history.forgot_workers(old)
         elif isinstance(old, Pod):
             self.pods_by_key.pop(self._pod_key(old), None)
         self._bump()
+
+    def _track_queue(self, k: str, job: Job | None, now: float) -> None:
+        """Keep what the job has waiting for a GPU; when the fleet's queue changes, the GPUs
+        without lanes may change between ``scheduling`` and ``no_work``."""
+        before = self.queue
+        pending, scheduled = self._waiting.pop(k, (False, frozenset()))
+        self._pending_jobs -= pending
+        self._scheduled.subtract(scheduled)
+        if job is not None and job.phase != PHASE_SUSPENDED:
+            pending = any(p.state == PENDING for p in job.partitions)
+            scheduled = frozenset(p.node for p in job.partitions
+                                  if p.state == SCHEDULED and p.node)
+            self._waiting[k] = (pending, scheduled)
+            self._pending_jobs += pending
+            self._scheduled.update(scheduled)
+        if self.queue != before:
+            self.history.classify(self.worker_nodes.values(), self.queue, now)
 
     @staticmethod
     def _pod_key(p: Pod) -> PodKey:

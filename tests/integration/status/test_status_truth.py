@@ -109,12 +109,18 @@ def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
             continue
         seen.workers_compared += 1
         w = next(w for w in ws["status"]["workers"] if w["id"] == row["worker_id"])
-        truth = (w["state"], None, None, None)
-        if w["state"] == "proving":
+        lanes = [(f"{lane['job']['namespace']}/{lane['job']['name']}", lane["partition"],
+                  lane["stage"]) for lane in w.get("lanes") or []]
+        truth: tuple[Any, ...] = (w["state"], None, None, lanes)
+        if w.get("holder"):
+            held = next(lane for lane in w["lanes"]
+                        if lane["pod"]["uid"] == w["holder"]["pod"]["uid"])
+            truth = (w["state"], f"{held['job']['namespace']}/{held['job']['name']}",
+                     held["partition"], lanes)
+        if lanes:
             seen.proving_compared += 1
-            truth = ("proving", f"{w['job']['namespace']}/{w['job']['name']}", w["partition"],
-                     w.get("stage"))
-        shown = (row["state"], row["current_job"], row["current_partition"], row["stage"])
+        shown = (row["state"], row["current_job"], row["current_partition"],
+                 [(lane["job_id"], lane["partition"], lane["stage"]) for lane in row["lanes"]])
         if shown != truth:
             seen.problems.append(f"{what}: /status {shown} but the API {truth}")
 
@@ -187,7 +193,7 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     assert metrics[("kuzk_partitions_completed_total", (("proof_kind", "snap-update"),))] == 16
     assert metrics[("kuzk_proofjobs", (("phase", "Succeeded"), ("proof_kind", "snap-update")))] == 1
     for w in mine:
-        assert metrics[("kuzk_gpu_workers", (("node", w["node"]), ("state", "proving")))] == 0
+        assert metrics[("kuzk_gpu_workers", (("node", w["node"]), ("state", "gpu")))] == 0
         busy = metrics[("kuzk_gpu_busy_seconds_total", (("gpu_uuid", w["gpu_uuid"]),
                                                         ("node", w["node"]),
                                                         ("worker", w["worker_id"])))]

@@ -40,22 +40,39 @@ def proofjob(name: str, *parts: dict[str, Any], namespace: str = "ns", kind: str
     }
 
 
+def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int = 1,
+         namespace: str = "ns", kind: str = "snap-update", since: float = T0,
+         heartbeat: float | None = None, ready: float | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "pod": {"name": f"{job}-p{partition}-a{attempt}", "uid": f"pod-{job}-{partition}"},
+        "job": {"namespace": namespace, "name": job, "uid": f"uid-{job}", "proofKind": kind},
+        "partition": partition, "attempt": attempt, "priority": 0, "stage": stage,
+        "since": stamp(since), "heartbeat": stamp(since if heartbeat is None else heartbeat),
+    }
+    if ready is not None:
+        entry["readyAt"] = stamp(ready)
+    return entry
+
+
 def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: int | None = None,
            stage: str | None = None, attempt: int = 1, namespace: str = "ns",
            completed: int = 0, since: float = T0, heartbeat: float | None = None,
-           kind: str = "snap-update") -> dict[str, Any]:
-    entry: dict[str, Any] = {"id": wid, "state": state, "gpu": {"uuid": f"GPU-{wid.lower()}"},
+           kind: str = "snap-update", lanes: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    """A GPU in the stored layout. ``proving``: a lane of ``job`` holding the GPU phase
+    (stage ``stage``, default gpu); ``waiting``: that lane without holding it (default
+    synthesizing); ``lanes``: more lanes, none holding."""
+    entry: dict[str, Any] = {"id": wid, "gpu": {"uuid": f"GPU-{wid.lower()}"},
                              "completed": completed, "since": stamp(since)}
-    if heartbeat is not None:
-        entry["heartbeat"] = stamp(heartbeat)
-    if state == "proving":
-        entry |= {"job": {"namespace": namespace, "name": job, "uid": f"uid-{job}",
-                          "proofKind": kind},
-                  "partition": partition, "attempt": attempt,
-                  "pod": {"name": f"{job}-p{partition}-a{attempt}",
-                          "uid": f"pod-{job}-{partition}"}}
-        if stage:
-            entry["stage"] = stage
+    all_lanes = list(lanes)
+    if state in ("proving", "waiting") and job is not None and partition is not None:
+        default = "gpu" if state == "proving" else "synthesizing"
+        own = lane(job, partition, stage=stage or default, attempt=attempt,
+                   namespace=namespace, kind=kind, since=since, heartbeat=heartbeat)
+        all_lanes.insert(0, own)
+        if state == "proving":
+            entry["holder"] = {"pod": own["pod"], "since": stamp(since)}
+    entry["lanes"] = all_lanes
+    entry["state"] = "gpu" if "holder" in entry else "waiting" if all_lanes else "idle"
     return entry
 
 
@@ -68,8 +85,8 @@ def workerstatus(node: str, *workers: dict[str, Any], stale: int = 0) -> dict[st
     }
 
 
-def node(name: str, gpus: int) -> dict[str, Any]:
-    return {"metadata": {"name": name},
+def node(name: str, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels or {}},
             "status": {"capacity": {"nvidia.com/gpu": str(gpus)},
                        "allocatable": {"nvidia.com/gpu": str(gpus)}}}
 

@@ -199,8 +199,12 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
             expected = sum(q["state"] == state for q in p["partitions"])
             assert value("kuzk_partitions", state=state, proof_kind=p["proof_kind"]) == expected
     assert value("kuzk_proofjobs", phase="Failed", proof_kind="porep-c2") == 1
-    assert value("kuzk_gpu_workers", node="gpu-1", state="proving") == status["fleet"][
+    assert value("kuzk_gpu_workers", node="gpu-1", state="gpu") == status["fleet"][
         "gpus_proving"]
+    for w in status["gpu_workers"]:
+        for reason, seconds in w["idle_seconds_total"].items():
+            assert value("kuzk_gpu_idle_seconds_total", node=w["node"], worker=w["worker_id"],
+                         gpu_uuid=w["gpu_uuid"], reason=reason) == seconds
     counters = status["counters"]
     assert value("kuzk_partitions_completed_total", proof_kind="snap-update") == counters[
         "completed_by_kind"]["snap-update"]

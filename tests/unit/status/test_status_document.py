@@ -31,7 +31,8 @@ def test_document_has_the_designed_shape(feed: Feed, view: StatusView) -> None:
     d = doc(view)
     assert set(d) >= {"uptime_secs", "view", "fleet", "pipelines", "gpu_workers", "counters"}
     assert d["view"] == {"synced": True, "age_secs": 0.0, "watch_restarts": 0}
-    assert d["fleet"] == {"nodes": 1, "gpus": 2, "gpus_proving": 1, "busy_fraction_10m": None}
+    assert d["fleet"] == {"nodes": 1, "gpus": 2, "gpus_proving": 1, "gpus_waiting": 0,
+                          "busy_fraction_10m": None}
     (p,) = d["pipelines"]
     assert p["job_id"] == "ns/snap-update-5678"
     assert (p["total_partitions"], p["partitions_done"], p["partitions_failed"]) == (2, 1, 0)
@@ -40,7 +41,10 @@ def test_document_has_the_designed_shape(feed: Feed, view: StatusView) -> None:
         "synth_ms": 812, "gpu_ms": 95, "stage_secs": None, "reason": None, "message": None}
     w1 = d["gpu_workers"][1]
     assert (w1["worker_id"], w1["state"], w1["stage"], w1["current_job"],
-            w1["current_partition"]) == ("W1", "proving", "gpu", "ns/snap-update-5678", 1)
+            w1["current_partition"]) == ("W1", "gpu", "gpu", "ns/snap-update-5678", 1)
+    assert w1["holder"]["job_id"] == "ns/snap-update-5678"
+    assert [lane["stage"] for lane in w1["lanes"]] == ["gpu"]
+    assert (w1["idle_reason"], d["gpu_workers"][0]["idle_reason"]) == (None, "no_work")
     assert d["counters"]["total_completed"] == 1
     assert d["counters"]["completed_by_kind"]["snap-update"] == 1
 
@@ -148,13 +152,16 @@ def test_partitions_say_why(feed: Feed, view: StatusView, partition, pods, reaso
     assert (p["reason"], p["message"]) == (reason, message)
 
 
-def test_idle_worker_names_no_job_even_if_it_keeps_its_last_pod(feed: Feed,
-                                                                view: StatusView) -> None:
-    idle = worker("W0", "proving", job="old", partition=3, stage="gpu") | {"state": "idle"}
-    feed(workerstatuses=[workerstatus("gpu-1", idle)])
+def test_a_gpu_with_lanes_and_no_holder_is_waiting_and_names_no_job(feed: Feed,
+                                                                     view: StatusView) -> None:
+    waiting = worker("W0", "waiting", job="j", partition=3, stage="synth_done")
+    feed(workerstatuses=[workerstatus("gpu-1", waiting)])
     w = doc(view)["gpu_workers"][0]
     assert (w["state"], w["current_job"], w["current_partition"], w["stage"]) == (
-        "idle", None, None, None)
+        "waiting", None, None, None)
+    assert (w["holder"], w["idle_reason"], w["busy_secs"]) == (None, "cpu", None)
+    assert [(lane["job_id"], lane["partition"], lane["stage"]) for lane in w["lanes"]] == [
+        ("ns/j", 3, "synth_done")]
 
 
 @pytest.mark.parametrize(
@@ -213,17 +220,17 @@ def test_filters_choose_pipelines_and_counters(feed: Feed, view: StatusView) -> 
 def test_stage_seconds_count_from_when_the_state_was_seen(feed: Feed, view: StatusView,
                                                           clock: Clock) -> None:
     feed(proofjobs=[proofjob("j", part(0, "synthesizing"), count=1)],
-         workerstatuses=[workerstatus("n", worker("W0", "proving", job="j", partition=0,
+         workerstatuses=[workerstatus("n", worker("W0", "waiting", job="j", partition=0,
                                                   stage="synthesizing"))])
     clock.now = T0 + 5
     feed(proofjobs=[proofjob("j", part(0, "gpu"), count=1)],
          workerstatuses=[workerstatus("n", worker("W0", "proving", job="j", partition=0,
-                                                  stage="gpu"))])
+                                                  stage="gpu", since=T0 + 5))])
     clock.now = T0 + 8
     d = doc(view)
     assert d["pipelines"][0]["partitions"][0]["stage_secs"] == 3.0
     assert d["gpu_workers"][0]["stage_secs"] == 3.0
-    assert d["gpu_workers"][0]["busy_secs"] == 8.0
+    assert d["gpu_workers"][0]["busy_secs"] == 3.0
 
 
 def test_the_view_is_not_synced_until_every_resource_is_listed(view: StatusView,
@@ -244,3 +251,77 @@ def test_a_lost_watch_ages_the_view_and_counts_a_restart(feed: Feed, view: Statu
     assert d["view"] == {"synced": False, "age_secs": 4.0, "watch_restarts": 1}
     view.connected("pods")
     assert doc(view)["view"] == {"synced": True, "age_secs": 0.0, "watch_restarts": 1}
+
+
+def _modes(view: StatusView, clock: Clock, now: float) -> dict[str, float]:
+    clock.now = now
+    w = doc(view)["gpu_workers"][0]
+    return {"busy": w["busy_seconds_total"], **w["idle_seconds_total"]}
+
+
+def test_busy_and_idle_by_reason_add_up_to_the_wall_time(view: StatusView,
+                                                         clock: Clock) -> None:
+    """no_work, then scheduling (a partition pending), cpu (a lane synthesizing), busy (it
+    holds the GPU phase), cpu (it commits), unknown (its heartbeat stops), no_work."""
+    empty = workerstatus("gpu-1", worker("W0"))
+    view.listed("nodes", [node("gpu-1", 1)])
+    view.listed("pods", [])
+    view.listed("proofjobs", [])
+    view.listed("workerstatuses", [empty])
+    clock.now = T0 + 10
+    view.listed("proofjobs", [proofjob("j", part(0, "pending"), count=1)])
+    clock.now = T0 + 12
+    view.listed("workerstatuses", [workerstatus("gpu-1", worker(
+        "W0", "waiting", job="j", partition=0, since=T0 + 12))])
+    view.listed("proofjobs", [proofjob("j", part(0, "synthesizing"), count=1)])
+    clock.now = T0 + 15
+    view.listed("workerstatuses", [workerstatus("gpu-1", worker(
+        "W0", "proving", job="j", partition=0, since=T0 + 15))])
+    clock.now = T0 + 19
+    view.listed("workerstatuses", [workerstatus("gpu-1", worker(
+        "W0", "waiting", job="j", partition=0, stage="committing", since=T0 + 19))])
+    assert _modes(view, clock, T0 + 20) == {
+        "busy": 4.0, "no_work": 10.0, "scheduling": 2.0, "cpu": 4.0, "unknown": 0.0}
+    # The lane's last heartbeat was at T0+19: 30 s later it is unknown, whoever looks when.
+    modes = _modes(view, clock, T0 + 70)
+    assert modes == {"busy": 4.0, "no_work": 10.0, "scheduling": 2.0, "cpu": 33.0,
+                     "unknown": 21.0}
+    assert sum(modes.values()) == 70.0
+    clock.now = T0 + 80
+    view.listed("proofjobs", [proofjob("j", part(0, "done"), count=1, phase="Succeeded")])
+    view.listed("workerstatuses", [empty])
+    modes = _modes(view, clock, T0 + 100)
+    assert modes == {"busy": 4.0, "no_work": 30.0, "scheduling": 2.0, "cpu": 33.0,
+                     "unknown": 31.0}
+    assert sum(modes.values()) == 100.0
+    w = doc(view)["gpu_workers"][0]
+    assert w["idle_reason"] == "no_work"
+    assert set(w["idle_strip_10m"]) <= {None, "no_work", "scheduling", "cpu", "unknown"}
+
+
+def test_a_pod_scheduled_to_a_node_makes_only_that_node_scheduling(view: StatusView,
+                                                                   clock: Clock) -> None:
+    view.listed("nodes", [node("a", 1), node("b", 1)])
+    view.listed("pods", [])
+    view.listed("workerstatuses", [workerstatus("a", worker("W0")),
+                                   workerstatus("b", worker("W0"))])
+    view.listed("proofjobs", [proofjob("j", part(0, "scheduled", node="a"), count=1)])
+    reasons = {w["node"]: w["idle_reason"] for w in doc(view)["gpu_workers"]}
+    assert reasons == {"a": "scheduling", "b": "no_work"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "allocatable", "workers", "gpus"),
+    [
+        ({"nvidia.com/gpu.count": "2", "nvidia.com/gpu.replicas": "3"}, 6, 0, 2),
+        ({"nvidia.com/gpu.replicas": "3"}, 6, 0, 2),
+        ({}, 4, 0, 4),
+        ({"nvidia.com/gpu.replicas": "3"}, 6, 1, 1),
+    ],
+    ids=["count-label", "replicas", "plain", "workers-before-allocatable"],
+)
+def test_fleet_counts_physical_gpus_not_replicas(feed: Feed, view: StatusView, labels,
+                                                 allocatable, workers, gpus) -> None:
+    feed(nodes=[node("gpu-1", allocatable, labels)],
+         workerstatuses=[workerstatus("gpu-1", *[worker(f"W{i}") for i in range(workers)])])
+    assert doc(view)["fleet"]["gpus"] == gpus

@@ -49,7 +49,8 @@ function renderFleet(d) {
     .filter(k => c.completed_by_kind[k] || c.failed_by_kind[k])
     .map(k => `${k} ${c.completed_by_kind[k]} done / ${c.failed_by_kind[k]} failed`);
   document.getElementById("fleet").replaceChildren(
-    stat("GPUs proving", `${f.gpus_proving} / ${f.gpus}`),
+    stat("GPUs in GPU phase", `${f.gpus_proving} / ${f.gpus}`),
+    stat("GPUs waiting on CPU", String(f.gpus_waiting)),
     stat("fleet busy (10 min)", pct(f.busy_fraction_10m)),
     stat("queue depth", String(c.queue_depth)),
     stat("partitions done", String(c.total_completed)),
@@ -63,24 +64,34 @@ function shortJob(jobId) {
   return jobId ? jobId.slice(jobId.indexOf("/") + 1) : "";
 }
 
+const REASONS = {no_work: "no work", scheduling: "scheduling", cpu: "CPU", unknown: "unknown"};
+
+function laneLine(lane, drift) {
+  const stage = lane.ready_secs !== null && lane.stage === "synth_done" ? "waiting for GPU" : lane.stage;
+  return el("li", {class: `lane ${lane.stage}`, title: lane.job_id,
+    text: `${shortJob(lane.job_id)} P${lane.partition} · ${stage} ${secs(lane.stage_secs + drift)}`});
+}
+
 function renderWorkers(d, drift) {
   const cards = d.gpu_workers.map(w => {
-    const proving = w.state === "proving";
-    const doing = proving
-      ? `${shortJob(w.current_job)} P${w.current_partition} · ${w.stage || "claimed"} ${
-          secs(w.stage_secs === null ? null : w.stage_secs + drift)}`
-      : "";
+    const held = w.holder;
+    const doing = held
+      ? `${shortJob(held.job_id)} P${held.partition} · gpu ${secs(held.since_secs + drift)}`
+      : `idle: ${REASONS[w.idle_reason] || w.idle_reason || "?"}`;
     const strip = el("div", {class: "strip", title: `busy ${pct(w.busy_fraction_10m)} of the last 10 min`});
-    for (const share of w.busy_strip_10m) {
-      const cell = el("span", share === null ? {class: "unknown"} : {});
+    w.busy_strip_10m.forEach((share, i) => {
+      const reason = (w.idle_strip_10m || [])[i];
+      const cell = el("span", share === null ? {class: "unknown"} : {title: reason ? `idle: ${REASONS[reason]}` : "busy"});
       if (share !== null) cell.style.background =
-        `color-mix(in srgb, var(--proving) ${Math.round(share * 100)}%, var(--idle))`;
+        `color-mix(in srgb, var(--proving) ${Math.round(share * 100)}%, var(--idle-${reason || "no_work"}))`;
       strip.append(cell);
-    }
+    });
+    const others = w.lanes.filter(lane => !held || lane.pod !== held.pod);
     return el("article", {class: `card ${w.state}`, "data-worker": `${w.node}/${w.worker_id}`},
       el("div", {class: "title"}, `${w.node} · ${w.worker_id} · `,
         el("span", {class: "state", text: w.state})),
-      el("div", {class: "doing", text: doing, title: proving ? w.current_job : null}),
+      el("div", {class: "doing", text: doing, title: held ? held.job_id : null}),
+      el("ul", {class: "lanes"}, ...others.map(lane => laneLine(lane, drift))),
       el("div", {class: "meta",
         text: `${w.gpu_uuid || "no GPU UUID"}${w.gpu_name ? " · " + w.gpu_name : ""} · ` +
               `${w.completed} done · busy ${pct(w.busy_fraction_10m)}`}),
@@ -179,5 +190,7 @@ async function poll() {
 }
 
 document.getElementById("legend").replaceChildren(
-  ...STATES.map(s => el("span", {class: `cell s-${s}`, text: s})));
+  ...STATES.map(s => el("span", {class: `cell s-${s}`, text: s})),
+  el("span", {class: "strip-key busy", text: "GPU phase"}),
+  ...Object.entries(REASONS).map(([k, v]) => el("span", {class: `strip-key idle-${k}`, text: `idle: ${v}`})));
 poll();
