@@ -248,15 +248,18 @@ def _prometheus_agrees(r: Release, prom: prometheus.Prometheus, pj: list[dict[st
 
         wait_for(agrees, 30, f"Prometheus {expr} == {want}", interval=0.5)
 
-    # The README's three queries answer, and say what the objects say.
-    busy, durations, stale_query = re.findall(r"```promql\n(.*?)\n```",
-                                              (ROOT / "README.md").read_text(), re.S)
+    # The README's four queries answer, and say what the objects say.
+    busy, idle, durations, stale_query = re.findall(r"```promql\n(.*?)\n```",
+                                                    (ROOT / "README.md").read_text(), re.S)
     def busy_by_node() -> dict[str, float] | None:  # a rate needs two scrapes
         got = {s["metric"]["node"]: float(s["value"][1]) for s in prom.query(busy)}
         return got if set(r.kubelet.nodes) <= got.keys() else None
 
     by_node = wait_for(busy_by_node, 30, "GPU busy fraction of our nodes", interval=0.5)
     assert all(0 <= v <= 1 for v in by_node.values()), by_node
+    shares = {s["metric"]["reason"]: float(s["value"][1]) for s in prom.query(idle)}
+    assert set(shares) <= {"no_work", "scheduling", "cpu", "unknown"}, shares
+    assert 0 < sum(shares.values()) <= 1.05, shares
     kinds = {s["metric"]["proof_kind"] for s in prom.query(durations)}
     assert kinds == {j["spec"]["proofKind"] for j in pj}
     (answer,) = prom.query(stale_query)

@@ -1,7 +1,8 @@
 """The demo: the whole system on a laptop, or the examples on a cluster you name.
 
 ``./scripts/demo`` (or ``python -m tests.testenv.demo``) starts the test control plane with two
-GPU nodes of two GPUs (the process kubelet), installs kuzk with its Helm chart (CRDs,
+GPU nodes of two GPUs, each GPU with two lanes (time-slicing replicas, the process kubelet),
+installs kuzk with its Helm chart (CRDs,
 operator, status server), submits the snap-update and winning-post examples sized for a CPU,
 prints the dashboard URL and follows the jobs in the terminal (a progress bar per job, the
 GPU workers' states). When both are done it keeps serving the dashboard until Ctrl-C, then
@@ -40,6 +41,8 @@ from tests.testenv.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [ROOT / "examples" / "snap-update.yaml", ROOT / "examples" / "winning-post.yaml"]
 CHART = ROOT / "charts" / "kuzk"
+# Lanes per GPU: while one partition holds a GPU's GPU phase, the next synthesizes beside it.
+LANES = 2
 BIN = Path(sys.executable).parent
 RELEASE, NAMESPACE = "kuzk", "kuzk-demo"
 DONE_LINE = "both jobs done"
@@ -209,7 +212,7 @@ def local_cluster() -> Iterator[Cluster]:
         raise DemoError(str(e)) from e
     try:
         cluster = Cluster(plane)
-        nodes = [NodeSpec(f"gpu-node-{i}", gpus=2) for i in (1, 2)]
+        nodes = [NodeSpec(f"gpu-node-{i}", gpus=2, replicas=LANES) for i in (1, 2)]
         with cluster.kubelet(nodes):
             for spec in nodes:
                 cluster.kubectl("wait", "--for=condition=Ready", f"node/{spec.name}",
@@ -221,7 +224,8 @@ def local_cluster() -> Iterator[Cluster]:
 
 def run_local(args: argparse.Namespace, stop: threading.Event) -> int:
     t0 = time.monotonic()
-    print("starting a control plane with 2 GPU nodes of 2 GPUs ...", flush=True)
+    print(f"starting a control plane with 2 GPU nodes of 2 GPUs, {LANES} lanes each ...",
+          flush=True)
     with local_cluster() as cluster:
         print(f"control plane up; kubeconfig {cluster.kubeconfig}", flush=True)
         print(f"installing kuzk (chart {CHART.relative_to(ROOT)}) in {NAMESPACE} ...",
