@@ -249,8 +249,9 @@ _REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 def decide_stage(
     status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime
 ) -> WriteDecision[bool]:
-    """Set the stage of ``assignment``'s lane (synthesizing or synth_done: the GPU phase and
-    the commitment are set by ``acquire`` and ``release_gpu``); stale if the lane is gone."""
+    """Move ``assignment``'s lane forward to ``stage`` (synthesizing or synth_done: the GPU
+    phase and the commitment are set by ``acquire`` and ``release_gpu``); stale if the lane is
+    gone, nothing to write if it is that far already."""
     if stage not in _REPORTED_STAGES:
         names = ", ".join(str(s) for s in _REPORTED_STAGES)
         msg = f"stage must be one of {names}, not {stage!r}"
@@ -260,6 +261,11 @@ def decide_stage(
     if found is None:
         return _refuse(model, "stage", assignment, now)
     worker, lane = found
+    order = list(LaneStage)
+    if order.index(lane.stage) >= order.index(LaneStage(stage)):
+        # A late or repeated report: a lane's stage only moves forward (a lane in its GPU
+        # phase stays in stage gpu while it holds it).
+        return WriteDecision(None, True)
     lane = replace(lane, stage=LaneStage(stage), since=now, heartbeat=now)
     return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
 
