@@ -28,7 +28,9 @@ from kuzk.workers import (
     ensure_worker_status,
     guarded_write,
     heartbeat,
+    join,
     release,
+    release_gpu,
     stage,
     sweep,
 )
@@ -52,7 +54,7 @@ def test_missing_object_claim_raises_release_and_sweep_do_nothing(
     with pytest.raises(WorkerStatusMissing, match=node):
         claim(admin, node, GPUS[0], a)
     with pytest.raises(WorkerStatusMissing):
-        stage(admin, node, a, "gpu")
+        stage(admin, node, a, "synth_done")
     assert release(admin, node, a, "succeeded") is False
     assert release(admin, node, a.pod, "failed") is False
     assert sweep(admin, node, {}, datetime.now(UTC)) == []
@@ -67,18 +69,22 @@ def test_stale_stage_and_heartbeat_are_refused_and_counted(
     caplog.set_level(logging.INFO, logger="kuzk.workers")
     node = worker_status()
     a, b = make_assignment(partition=1), make_assignment(partition=2)
-    claim(admin, node, GPUS[0], a)
+    join(admin, node, GPUS[0], a)
     assert stage(admin, node, a, "synthesizing") is True
     assert release(admin, node, a, "succeeded") is True
-    claim(admin, node, GPUS[0], b)
-    assert stage(admin, node, a, "gpu") is False
+    join(admin, node, GPUS[0], b)
+    assert stage(admin, node, a, "synth_done") is False
     assert heartbeat(admin, node, a) is False
+    assert release_gpu(admin, node, a) is False
     assert stage(admin, node, b, "synth_done") is True
     w0 = workers(admin, node)["W0"]
-    assert (w0["pod"]["uid"], w0["stage"], w0["completed"]) == (b.pod_uid, "synth_done", 1)
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
+    assert [(lane["pod"]["uid"], lane["stage"]) for lane in w0["lanes"]] == [
+        (b.pod_uid, "synth_done")]
+    assert w0["completed"] == 1
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 3
     refused = [r.getMessage() for r in caplog.records if "refused stale" in r.getMessage()]
-    assert [m.split("refused stale ")[1].split()[0] for m in refused] == ["stage", "heartbeat"]
+    assert [m.split("refused stale ")[1].split()[0] for m in refused] == [
+        "stage", "heartbeat", "GPU"]
 
 
 def test_worker_ids_are_stable_per_gpu(
@@ -156,10 +162,16 @@ def test_sweep_releases_workers_whose_pod_is_gone_or_silent(
     assert sweep(admin, node, live, later) == [Released("W1", finished.pod, "succeeded")]
     assert sweep(admin, node, live, later) == []
     got = workers(admin, node)
-    assert [got[w]["state"] for w in ("W0", "W1", "W2")] == ["proving", "idle", "idle"]
+    assert [got[w]["state"] for w in ("W0", "W1", "W2")] == ["gpu", "idle", "idle"]
     assert [got[w]["completed"] for w in ("W0", "W1", "W2")] == [0, 1, 0]
+    # The sweep took the GPU phase from a pod it found gone: should that pod turn out to be
+    # alive, its finalizer's release shows the takeover as a refused stale write.
+    assert got["W2"]["previousPodUIDs"] == [gone.pod_uid]
     assert release(admin, node, PodRef(gone.pod_name, gone.pod_uid), "failed") is False
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 0
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 1
+    # The finished pod's lane was swept while it held its GPU phase too.
+    assert release(admin, node, finished.pod, "succeeded") is False
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
 
 
 @pytest.fixture

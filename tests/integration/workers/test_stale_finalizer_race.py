@@ -1,14 +1,17 @@
-"""The bug kuzk exists to prevent, reproduced deterministically against the API server.
+"""The bug kuzk exists to prevent, reproduced deterministically against the API server, on the
+normal path of lanes.
 
-Pod A holds W0. A's late finalizer release reads the WorkerStatus while A still holds W0, then
-is held before its write until pod B has claimed W0. The compare-and-swap makes A's write
-conflict; read again, it is about an assignment W0 has left, so it is refused and counted,
-and W0 shows B proving. A retried attempt of the same job and partition is told apart by its
-pod UID.
+Lane A holds W0's GPU phase. A late write about A (a retried release of its GPU phase, or the
+operator's finalizer release of its pod) reads the WorkerStatus while A still holds it, then
+is held before its write until A has given the GPU phase up and lane B has acquired it. The
+compare-and-swap makes the late write conflict; read again, the GPU release is about a GPU
+phase A no longer holds, so it is refused and counted, and the finalizer's release finds A's
+lane gone (its prover left) and does nothing. Either way W0 shows B holding its GPU phase. A
+retried attempt of the same job and partition is told apart by its pod UID.
 
-Beside it, what is not a race: a partition pod preempted before its prover claimed a worker.
-The operator's finalizer release for it finds a pod no worker ever held; it writes nothing and
-counts nothing.
+Beside it, what is not a race: a partition pod preempted before its prover joined a lane. The
+operator's finalizer release for it finds a pod without a lane; it writes nothing and counts
+nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ import pytest
 from kubernetes import client, config
 
 from kuzk import api as kapi
-from kuzk.workers import Assignment, Gpu, PodRef, claim, release
+from kuzk.workers import (
+    Acquired,
+    Assignment,
+    Gpu,
+    acquire,
+    claim,
+    join,
+    leave,
+    release,
+    release_gpu,
+)
 from tests.integration.helpers import read_pod
 from tests.integration.operator.conftest import Plan, apply_job, job_pods, proofjob, wait_job
 from tests.integration.workers.conftest import read_worker_status
@@ -63,8 +76,8 @@ def worker(status: dict[str, Any], worker_id: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("retry", [False, True], ids=["next-partition", "retried-attempt"])
-@pytest.mark.parametrize("by_pod_ref", [False, True], ids=["prover", "finalizer"])
-def test_late_release_is_refused_and_counted(
+@pytest.mark.parametrize("by_pod_ref", [False, True], ids=["gpu-release", "finalizer"])
+def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
     cluster: Cluster,
     admin: client.ApiClient,
     worker_status: Callable[[], str],
@@ -82,75 +95,78 @@ def test_late_release_is_refused_and_counted(
         else make_assignment("snap-1", partition=4)
     )
     assert claim(admin, node, GPU, a) == "W0"
+    assert join(admin, node, GPU, b) == "W0"
 
-    a_has_read, b_has_claimed = threading.Event(), threading.Event()
+    a_has_read, b_holds = threading.Event(), threading.Event()
 
     def hold() -> None:
         a_has_read.set()
-        assert b_has_claimed.wait(30), "B's claim never came"
+        assert b_holds.wait(30), "B never acquired the GPU phase"
 
     late = held_client(cluster, hold)
-    who: Assignment | PodRef = a.pod if by_pod_ref else a
     with ThreadPoolExecutor(1) as pool:
-        a_release = pool.submit(release, late, node, who, "succeeded")
-        assert a_has_read.wait(30), "A's release never read the object"
-        assert claim(admin, node, GPU, b) == "W0"
-        b_has_claimed.set()
-        assert a_release.result(timeout=30) is False
+        if by_pod_ref:
+            late_write = pool.submit(release, late, node, a.pod, "succeeded")
+        else:
+            late_write = pool.submit(release_gpu, late, node, a)
+        assert a_has_read.wait(30), "the late write never read the object"
+        assert release_gpu(admin, node, a) is True
+        if by_pod_ref:
+            assert leave(admin, node, a, "succeeded") is True
+        assert acquire(admin, node, b, wait_s=10) is Acquired.GRANTED
+        b_holds.set()
+        assert late_write.result(timeout=30) is False
 
-    assert late.puts[0] == 409, "A's first write must lose the compare-and-swap"
+    assert late.puts[0] == 409, "the late write must lose the compare-and-swap"
     status = read_worker_status(admin, node)["status"]
     w0 = worker(status, "W0")
-    assert w0["state"] == "proving"
-    assert w0["pod"] == {"name": b.pod_name, "uid": b.pod_uid}
-    assert (w0["job"]["name"], w0["partition"], w0["attempt"]) == (
-        "snap-1",
-        b.partition,
-        b.attempt,
-    )
-    assert w0["completed"] == 0
-    assert status["staleWritesRejected"] == 1
+    assert (w0["state"], w0["holder"]["pod"]) == ("gpu", {"name": b.pod_name, "uid": b.pod_uid})
+    held = next(lane for lane in w0["lanes"] if lane["pod"]["uid"] == b.pod_uid)
+    assert (held["job"]["name"], held["partition"], held["attempt"], held["stage"]) == (
+        "snap-1", b.partition, b.attempt, "gpu")
     assert (status["proving"], status["workerCount"]) == (1, 1)
-    refused = [r.getMessage() for r in caplog.records if "refused stale release" in r.getMessage()]
-    assert len(refused) == 1
-    assert a.pod_uid in refused[0] and b.pod_uid in refused[0], "both assignments are logged"
-    replaced = [r.getMessage() for r in caplog.records if "replaces" in r.getMessage()]
-    assert len(replaced) == 1
-    assert a.pod_uid in replaced[0] and b.pod_uid in replaced[0]
+    refused = [r.getMessage() for r in caplog.records if "refused stale" in r.getMessage()]
+    if by_pod_ref:
+        # A's prover left: the finalizer's release has nothing to do, and counts nothing.
+        assert (status["staleWritesRejected"], refused) == (0, [])
+        assert w0["completed"] == 1
+    else:
+        assert status["staleWritesRejected"] == 1
+        assert len(refused) == 1
+        assert a.pod_uid in refused[0] and b.pod_uid in refused[0], "both lanes are logged"
+        assert "GPU phase held by" in refused[0]
 
 
-def test_the_finalizer_after_the_provers_own_release_is_not_stale(
+def test_the_finalizer_after_the_provers_own_leave_is_not_stale(
     admin: client.ApiClient,
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
-    """The operator's finalizer release after the prover's own release is done already, before
-    and after the next pod has claimed the GPU (at once, on a busy node): it leaves the next
-    pod's worker and the count alone."""
+    """The operator's finalizer release after the prover's own leave is done already, before
+    and after the next lane holds the GPU phase: it leaves that lane and the count alone."""
     node = worker_status()
     a, b = make_assignment(), make_assignment(partition=1)
     claim(admin, node, GPU, a)
     assert release(admin, node, a, "succeeded") is True
     assert release(admin, node, a.pod, "succeeded") is False
     status = read_worker_status(admin, node)["status"]
-    assert worker(status, "W0")["completed"] == 1
-    assert worker(status, "W0")["state"] == "idle"
+    assert (worker(status, "W0")["completed"], worker(status, "W0")["state"]) == (1, "idle")
     assert status["staleWritesRejected"] == 0
 
     assert claim(admin, node, GPU, b) == "W0"
     assert release(admin, node, a.pod, "succeeded") is False
     status = read_worker_status(admin, node)["status"]
     w0 = worker(status, "W0")
-    assert (w0["state"], w0["pod"]["uid"], w0["completed"]) == ("proving", b.pod_uid, 1)
+    assert (w0["state"], w0["holder"]["pod"]["uid"], w0["completed"]) == ("gpu", b.pod_uid, 1)
     assert status["staleWritesRejected"] == 0
 
 
-def test_a_pod_preempted_before_it_claims_is_not_a_stale_write(
+def test_a_pod_preempted_before_it_joins_is_not_a_stale_write(
     cluster: Cluster, namespace: str, nodes: Any, run_operator: Any, plan: Plan
 ) -> None:
-    """The stand-in prover never claims a worker. W0 last held another pod (idle), a snap
-    partition runs on the node's one GPU without claiming, a winning-post job preempts it, and
-    the operator's finalizer release of the preempted pod must leave the count alone."""
+    """The stand-in prover never joins a lane. W0 last carried another pod's lane (idle now), a
+    snap partition runs on the node's one GPU without joining, a winning-post job preempts it,
+    and the operator's finalizer release of the preempted pod must leave the count alone."""
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
     gpu = Gpu(kubelet.nodes[node].gpu_uuids()[0])
@@ -185,7 +201,7 @@ def test_a_pod_preempted_before_it_claims_is_not_a_stale_write(
     status = read_worker_status(cluster.api, node)["status"]
     assert status["staleWritesRejected"] == 0
     (w0,) = status["workers"]
-    assert (w0["state"], w0["pod"]["uid"], w0["completed"]) == ("idle", "uid-e", 1)
+    assert (w0["state"], w0["lanes"], w0["completed"]) == ("idle", [], 1)
     log = operator.text()
     assert "refused stale release" not in log
-    assert f"{victim.metadata.name} ({victim.metadata.uid}) holds no worker" in log
+    assert f"{victim.metadata.name} ({victim.metadata.uid}) holds no lane" in log

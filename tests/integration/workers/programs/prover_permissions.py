@@ -59,13 +59,14 @@ if mode == "prover":
     extra = review.status.user_info.extra or {}
     report["extra_node"] = extra.get("authentication.kubernetes.io/node-name")
 
-    report["worker"] = reporter.claim()
-    reporter.on_stage("gpu")
-    own = client.CustomObjectsApi(api).get_cluster_custom_object(
-        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, env["NODE_NAME"]
-    )
+    report["worker"] = reporter.join()
+    reporter.on_stage("synthesizing")
+    with reporter.gpu_phase():
+        own = client.CustomObjectsApi(api).get_cluster_custom_object(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, env["NODE_NAME"]
+        )
     held = next(w for w in own["status"]["workers"] if w["id"] == report["worker"])
-    report["stage"] = held.get("stage")
+    report["stage"] = held["lanes"][0]["stage"]
     report["gpu"] = held["gpu"]["uuid"]
     report["released"] = reporter.release("succeeded")
 
