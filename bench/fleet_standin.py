@@ -5,12 +5,13 @@ prover process per pod (interpreter, kubernetes client, TLS) would spend the two
 benchmark has on start-up, not on what it measures. So each pod's command is a few lines of
 bash (``POD_SCRIPT``) that hands the pod's identity to this server over a loopback TCP socket
 and waits for the exit code, and this server plays the prover for it: through kuzk's own
-``ProverReporter`` (kuzk_prover.reporter: claim, stage writes, heartbeats, release, every write a
-resourceVersion-checked replace of the node's WorkerStatus) it claims the pod's GPU worker,
-reports synthesizing → synth_done → gpu, works 0.5-2 s (no real proof: a wait, its length a
-hash of job name and partition, so both systems of a benchmark get the same work), releases
-the worker and writes a result to the pod's termination message. A pod that is killed closes
-its socket: the server then releases the worker as failed and stops.
+``ProverReporter`` (kuzk_prover.reporter: join, stage writes, the GPU phase, heartbeats, leave,
+every write a resourceVersion-checked replace of the node's WorkerStatus) it joins the pod's
+GPU's lanes, reports synthesizing → synth_done, holds the GPU phase for the rest, works
+0.5-2 s in all (no real proof: a wait, its length a hash of job name and partition, so both
+systems of a benchmark get the same work), leaves its lane and writes a result to the pod's
+termination message. A pod that is killed closes its socket: the server then leaves the lane
+as failed and stops.
 
     python bench/fleet_standin.py --kubeconfig K [--heartbeat 1] [--work 0.5 2.0] [--in-flight 8]
 
@@ -137,10 +138,10 @@ class Reporter(ProverReporter):
 
         super()._write(what, counted)
 
-    def claim(self, device: workers.Gpu | None = None, *, wait_s: float = 30.0) -> str:
+    def join(self, device: workers.Gpu | None = None, *, wait_s: float = 30.0) -> str:
         self.stats.add("claim")
         try:
-            return str(self.stats.timed("claim", lambda: super(Reporter, self).claim(
+            return str(self.stats.timed("claim", lambda: super(Reporter, self).join(
                 device, wait_s=wait_s)))
         except workers.WorkerWriteConflict:
             self.stats.add("claim_gave_up")
@@ -202,7 +203,7 @@ class Server(socketserver.ThreadingTCPServer):
                             heartbeat_interval=self.heartbeat)
         reporter.stats = self.stats
         try:
-            reporter.claim()
+            reporter.join()
         except (workers.WorkerStatusMissing, workers.WorkerWriteConflict, ApiException,
                 HTTPError, OSError) as e:
             self.stats.add(f"claim_failed_{type(e).__name__}")
@@ -214,10 +215,10 @@ class Server(socketserver.ThreadingTCPServer):
                 self.stats.add("killed")
                 return 143
             reporter.on_stage("synth_done")
-            reporter.on_stage("gpu")
-            if not _alive_for(conn, seconds * (1 - SYNTH_SHARE)):
-                self.stats.add("killed")
-                return 143
+            with reporter.gpu_phase():
+                if not _alive_for(conn, seconds * (1 - SYNTH_SHARE)):
+                    self.stats.add("killed")
+                    return 143
             outcome = "succeeded"
         finally:
             self.stats.timed("release", lambda: reporter.release(outcome))

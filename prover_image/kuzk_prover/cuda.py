@@ -74,6 +74,10 @@ class DevicePipeline:
             self._tables[log_n] = tables
         return self._tables[log_n]
 
+    def release_tables(self) -> None:
+        """Drop the device tables (they are rebuilt on next use)."""
+        self._tables.clear()
+
     def _grid(self, n: int) -> int:
         return min(max(n // self.threads, 1), 65535)
 
@@ -207,3 +211,14 @@ def pipeline() -> DevicePipeline:
     import cupy
 
     return _cupy_pipeline(cupy.cuda.Device().id)
+
+
+def free_device_memory() -> None:
+    """Give back every byte this process holds on the device: the pipeline's tables, then
+    CuPy's memory pool (what a lane does when it gives its GPU phase up)."""
+    import cupy
+
+    cupy.cuda.Stream.null.synchronize()
+    if _cupy_pipeline.cache_info().currsize:
+        pipeline().release_tables()
+    cupy.get_default_memory_pool().free_all_blocks()

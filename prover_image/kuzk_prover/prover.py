@@ -24,6 +24,7 @@ from typing import Any
 from kuzk_prover import synthesis
 from kuzk_prover.backend import backend_for, select_backend
 from kuzk_prover.commitment import commit
+from kuzk_prover.cuda import free_device_memory
 from kuzk_prover.inputs import ProofInput
 from kuzk_prover.quotient import Quotient, quotient
 from kuzk_prover.xp import is_cupy, to_host
@@ -79,10 +80,9 @@ class Result:
 
 
 def _free_device_memory(xp: ModuleType) -> None:
-    """Give the device memory CuPy's pool keeps back to the GPU, for the next lane."""
+    """Give the device memory this process holds back to the GPU, for the next lane."""
     if is_cupy(xp):
-        xp.cuda.Stream.null.synchronize()
-        xp.get_default_memory_pool().free_all_blocks()
+        free_device_memory()
 
 
 def prove(
