@@ -16,17 +16,21 @@ It prints updates/s, the guarded writes' conflict rate (409s per PUT), and how m
 the merge patches lost (updates made minus the sum of ``completed`` at the end). Exit status 1
 if a guarded update was lost.
 
-    .venv/bin/python bench/worker_writes.py --busy-node 60 [--provers 8] [--partition 1.0]
+    .venv/bin/python bench/worker_writes.py --busy-node 60 [--provers 8] [--lanes 1,3]
+        [--partition 1.0]
 
-The busy-node mode writes one node's WorkerStatus at the rate a busy 8-GPU node makes: one
-process per GPU proves partitions back to back (claim, stages synthesizing, synth_done and gpu,
-``--partition`` seconds of work, release; ``--gap`` seconds until the next pod) through
-kuzk.workers' claim/stage/release, and an "operator" process makes the finalizer release of
-every finished pod (as a partition pod's finalizer does) and the periodic sweep
-(``--sweep`` seconds, 30 as the operator). It reports p50/p99 latency per operation, the
-409 rate and every write that gave up (WorkerWriteConflict), beside the guarded writes/s the
-same object sustains in a tight loop with as many writers (the reference, same run). Exit
-status 1 if a write gave up.
+The busy-node mode writes one node's WorkerStatus at the rate a busy 8-GPU node makes: for
+each lane count in ``--lanes``, one process per lane of every GPU (``--provers`` GPUs) proves
+partitions back to back as the prover does (join, synthesizing, synth_done, acquire the GPU
+phase, waiting on a watch while another lane holds it, release it, leave; ``--partition``
+seconds of work, 40 % synthesis and 60 % GPU phase; ``--gap`` seconds until the next pod)
+through kuzk.workers, and an "operator" process makes the finalizer release of every finished
+pod (as a partition pod's finalizer does) and the periodic sweep (``--sweep`` seconds, 30 as
+the operator). Per lane count it reports p50/p99 latency per operation, WorkerStatus writes
+and 409s per partition attempt, every write that gave up (WorkerWriteConflict), and that
+nothing was lost (no lane left, completed equal to the partitions), beside the guarded
+writes/s the same object sustains in a tight loop with as many writers (the reference, same
+run). Exit status 1 if a write gave up or something was lost.
 """
 
 from __future__ import annotations
@@ -167,10 +171,10 @@ def _client(kubeconfig: str) -> CountingClient:
     return CountingClient(configuration)
 
 
-def prover(kubeconfig: str, node: str, index: int, seconds: float, partition_s: float,
-           gap_s: float, go: Any, done: Any, live: Any, out: Any) -> None:
-    """One GPU's provers, one partition pod after another, for ``seconds``."""
-    api, timings, gpu = _client(kubeconfig), Timings(), Gpu(f"GPU-busy-{index}")
+def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: float,
+           partition_s: float, gap_s: float, go: Any, done: Any, live: Any, out: Any) -> None:
+    """One lane's provers on GPU ``gpu_index``, one partition pod after another."""
+    api, timings, gpu = _client(kubeconfig), Timings(), Gpu(f"GPU-busy-{gpu_index}")
     go.wait()
     end, partitions = time.monotonic() + seconds, 0
     while time.monotonic() < end:
@@ -179,11 +183,14 @@ def prover(kubeconfig: str, node: str, index: int, seconds: float, partition_s: 
         a = Assignment("bench", f"job-{index}", f"uid-job-{index}", "snap-update", partitions,
                        1, f"pod-{index}-{partitions}", pod_uid)
         live[pod_uid] = "Running"
-        timings.call("claim", lambda a=a: workers.claim(api, node, gpu, a))
-        for name, work in (("synthesizing", 0.4), ("synth_done", 0.0), ("gpu", 0.6)):
-            timings.call("stage", lambda a=a, name=name: workers.stage(api, node, a, name))
-            time.sleep(work * partition_s)  # the partition's work
-        timings.call("release", lambda a=a: workers.release(api, node, a, "succeeded"))
+        timings.call("join", lambda a=a: workers.join(api, node, gpu, a))
+        timings.call("stage", lambda a=a: workers.stage(api, node, a, "synthesizing"))
+        time.sleep(0.4 * partition_s)  # synthesis
+        timings.call("stage", lambda a=a: workers.stage(api, node, a, "synth_done"))
+        timings.call("acquire", lambda a=a: workers.acquire(api, node, a))
+        time.sleep(0.6 * partition_s)  # the GPU phase
+        timings.call("release_gpu", lambda a=a: workers.release_gpu(api, node, a))
+        timings.call("leave", lambda a=a: workers.leave(api, node, a, "succeeded"))
         live[pod_uid] = "Succeeded"
         done.put((a.pod_name, pod_uid))
         time.sleep(gap_s)  # the next pod's start on this GPU
@@ -219,27 +226,29 @@ def _ms(values: list[float], q: float) -> str:
     return f"{1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]:.0f}"
 
 
-def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace) -> int:
-    """Run the busy-node mode; the exit status (1 if a write gave up)."""
-    node = "bench-busy-node"
+def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
+              lanes: int) -> dict[str, Any]:
+    """Run the busy-node mode with ``lanes`` lanes per GPU; what it measured."""
+    node = f"bench-busy-node-{lanes}"
     objects = client.CustomObjectsApi(api)
     objects.create_cluster_custom_object(*WHERE, {
         "apiVersion": kapi.API_VERSION, "kind": kapi.WORKERSTATUS_KIND,
         "metadata": {"name": node}, "spec": {"nodeName": node}})
     spawn = multiprocessing.get_context("spawn")
     go, stop, out, done = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Queue()
+    writers = args.provers * lanes
     with spawn.Manager() as manager:
         live = manager.dict()
         processes = [spawn.Process(target=prover, args=(
-            kubeconfig, node, i, args.busy_node, args.partition, args.gap, go, done, live, out))
-            for i in range(args.provers)]
+            kubeconfig, node, i, i % args.provers, args.busy_node, args.partition, args.gap, go,
+            done, live, out)) for i in range(writers)]
         processes.append(spawn.Process(target=operator, args=(
             kubeconfig, node, args.sweep, go, done, live, stop, out)))
         for process in processes:
             process.start()
         started = time.monotonic()
         go.set()
-        results = [out.get(timeout=args.busy_node + 120) for _ in range(args.provers)]
+        results = [out.get(timeout=args.busy_node + 120) for _ in range(writers)]
         stop.set()
         results.append(out.get(timeout=120))
         seconds = time.monotonic() - started
@@ -253,23 +262,52 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace) 
             latency.setdefault(op, []).extend(values)
         gave_up.update(gave)
         puts, conflicts, partitions = puts + p, conflicts + c, partitions + n
-    capacity, _, _ = run(api, kubeconfig, args.provers, args.updates, True)
-    written = puts - conflicts
-    print(f"busy node: {args.provers} provers x {args.partition:g} s partitions (gap "
-          f"{args.gap:g} s), finalizer release per pod, sweep every {args.sweep:g} s; "
-          f"{seconds:.0f} s, {partitions} partitions; heartbeats: none (every "
-          f"{workers.HEARTBEAT_INTERVAL_S:g} s, longer than a partition)")
-    print(f"{'operation':<10} {'n':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'gave up':>8}")
-    for op in ("claim", "stage", "release", "finalizer", "sweep"):
+    final = objects.get_cluster_custom_object(*WHERE, node)["status"]
+    left = sum(len(w.get("lanes") or []) for w in final["workers"])
+    completed = sum(w.get("completed", 0) for w in final["workers"])
+    lost = left + partitions - completed
+    print(f"\n{lanes} lane(s) per GPU: {args.provers} GPUs, {writers} writers, "
+          f"{args.partition:g} s partitions (gap {args.gap:g} s), finalizer release per pod, "
+          f"sweep every {args.sweep:g} s; {seconds:.0f} s, {partitions} partitions")
+    print(f"{'operation':<12} {'n':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'gave up':>8}")
+    for op in ("join", "stage", "acquire", "release_gpu", "leave", "finalizer", "sweep"):
         values = latency.get(op, [])
-        print(f"{op:<10} {len(values):>6} {_ms(values, 0.5):>7} {_ms(values, 0.99):>7} "
+        print(f"{op:<12} {len(values):>6} {_ms(values, 0.5):>7} {_ms(values, 0.99):>7} "
               f"{_ms(values, 1.0):>7} {gave_up[op]:>8}")
-    print(f"PUTs {puts}, answered 409: {conflicts} ({conflicts / puts if puts else 0:.1%}); "
-          f"writes that gave up (WorkerWriteConflict): {sum(gave_up.values())}")
-    print(f"writes landed {written / seconds:.1f}/s against {capacity:.1f}/s guarded updates "
-          f"in a tight loop of {args.provers} writers (same run): "
-          f"{written / seconds / capacity:.2f} of capacity")
-    return 1 if sum(gave_up.values()) else 0
+    print(f"PUTs {puts} ({puts / partitions:.2f} per partition), answered 409: {conflicts} "
+          f"({conflicts / partitions:.2f} per partition, {conflicts / puts:.1%} of PUTs); "
+          f"gave up: {sum(gave_up.values())}; lanes left {left}, completed {completed} of "
+          f"{partitions}: {'nothing lost' if lost == 0 else f'{lost} LOST'}")
+    return {"lanes": lanes, "seconds": seconds, "puts": puts, "conflicts": conflicts,
+            "partitions": partitions, "gave_up": sum(gave_up.values()), "lost": lost,
+            "writers": writers}
+
+
+def busy_nodes(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace) -> int:
+    """Every lane count of ``--lanes`` in one run, then the comparison; the exit status."""
+    results = [busy_node(api, kubeconfig, args, lanes) for lanes in args.lanes]
+    capacity, _, _ = run(api, kubeconfig, args.provers, args.updates, True)
+    print(f"\n{'lanes':>5} {'writers':>7} {'PUT/part':>8} {'409/part':>8} {'landed/s':>8} "
+          f"{'of capacity':>11} {'gave up':>7} {'lost':>5}")
+    for r in results:
+        landed = (r["puts"] - r["conflicts"]) / r["seconds"]
+        print(f"{r['lanes']:>5} {r['writers']:>7} {r['puts'] / r['partitions']:8.2f} "
+              f"{r['conflicts'] / r['partitions']:8.2f} {landed:8.1f} "
+              f"{landed / capacity:11.2f} {r['gave_up']:>7} {r['lost']:>5}")
+    print(f"capacity: {capacity:.1f} guarded updates/s in a tight loop of {args.provers} "
+          "writers (same run)")
+    return 1 if any(r["gave_up"] or r["lost"] for r in results) else 0
+
+
+def _lanes(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        msg = f"expected lane counts of 1 or more, like 1,3; not {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return values
 
 
 def main() -> int:
@@ -279,6 +317,8 @@ def main() -> int:
     parser.add_argument("--busy-node", type=float, default=None, metavar="SECONDS",
                         help="run the busy-node mode for SECONDS instead of the rounds")
     parser.add_argument("--provers", type=int, default=8, help="busy node: GPUs (default 8)")
+    parser.add_argument("--lanes", type=_lanes, default=[1, 3],
+                        help="busy node: lanes per GPU to compare, e.g. 1,3 (default)")
     parser.add_argument("--partition", type=float, default=1.0,
                         help="busy node: seconds of work per partition (default 1)")
     parser.add_argument("--gap", type=float, default=0.2,
@@ -305,7 +345,7 @@ def main() -> int:
         ):
             time.sleep(0.1)  # polling the CRD's condition
         if args.busy_node is not None:
-            return busy_node(api, str(plane.kubeconfig), args)
+            return busy_nodes(api, str(plane.kubeconfig), args)
         print(f"{args.updates} updates per round, one object, writers in separate processes")
         print(
             f"{'writers':>7} {'guarded/s':>10} {'409/PUT':>8} {'lost':>5}"

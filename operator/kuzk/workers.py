@@ -71,7 +71,10 @@ log = logging.getLogger("kuzk.workers")
 
 T = TypeVar("T")
 
-CONFLICT_BUDGET_S = 2.0
+# How long a write keeps trying through continuous 409s. With lanes a node's WorkerStatus has
+# GPUs x lanes writers; on a loaded API server a write may need many tries, and a prover waits
+# for its write anyway, so the budget is generous.
+CONFLICT_BUDGET_S = 10.0
 BACKOFF_BASE_S = 0.005
 BACKOFF_CAP_S = 0.25
 # A write gives up on a connection the API server never accepts after 10 s, and on an answer
@@ -478,13 +481,20 @@ def heartbeat(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
     return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, _now()))
 
 
-def wait_for_change(api: client.ApiClient, node: str, version: str, timeout_s: float) -> None:
-    """Return when ``node``'s WorkerStatus changes after ``version``, or after ``timeout_s``
-    (a watch of that one object: no polling)."""
+def wait_for_change(
+    api: client.ApiClient,
+    node: str,
+    version: str,
+    timeout_s: float,
+    until: Callable[[Mapping[str, Any]], bool] | None = None,
+) -> None:
+    """Return when ``node``'s WorkerStatus changes after ``version`` (into a status for which
+    ``until`` holds, when given), or after ``timeout_s``: a watch of that one object, no
+    polling, and no request per change that does not matter to the caller."""
     objects = client.CustomObjectsApi(api)
     stream = watch.Watch()  # type: ignore[no-untyped-call]
     try:
-        for _event in stream.stream(  # type: ignore[no-untyped-call]
+        for event in stream.stream(  # type: ignore[no-untyped-call]
             objects.list_cluster_custom_object,
             kapi.GROUP,
             kapi.VERSION,
@@ -494,7 +504,11 @@ def wait_for_change(api: client.ApiClient, node: str, version: str, timeout_s: f
             timeout_seconds=max(1, int(timeout_s)),
             _request_timeout=(_TIMEOUTS[0], timeout_s + 10.0),
         ):
-            return
+            changed = event.get("object") or {}
+            if until is None or event.get("type") != "MODIFIED":
+                return
+            if until(changed.get("status") or {}):
+                return
     except ApiException as error:
         if error.status != 410:  # Gone: the version is too old; the caller reads anew
             raise
@@ -524,7 +538,13 @@ def acquire(
         left = watch_s if deadline is None else min(watch_s, deadline - time.monotonic())
         if left <= 0:
             return result
-        wait_for_change(api, node, version, left)
+
+        def decided(status: Mapping[str, Any]) -> bool:
+            # Another lane's stage or heartbeat changes nothing for this one: ask the API
+            # server again only once the decision on what the watch shows would change.
+            return decide_acquire(status, assignment, _now()).result is not Acquired.WAITING
+
+        wait_for_change(api, node, version, left, decided)
 
 
 def release_gpu(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
