@@ -35,7 +35,7 @@ def test_worker_status_per_gpu_node_follows_the_node(cluster: Cluster, nodes,
         assert (owner["kind"], owner["name"]) == ("Node", name)
         assert owner["uid"] == cluster.core.read_node(name).metadata.uid
     table = cluster.kubectl("get", "ws", names[0]).stdout.splitlines()
-    assert table[0].split() == ["NAME", "NODE", "PROVING", "WORKERS", "AGE"]
+    assert table[0].split() == ["NAME", "NODE", "PROVING", "WORKERS", "LANES", "AGE"]
 
     cluster.core.delete_node(names[0])
     wait_for(lambda: _ws(cluster, names[0]) is None, 60, "WorkerStatus collected with node")
