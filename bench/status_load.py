@@ -5,9 +5,10 @@
 
 Starts its own control plane (etcd and kube-apiserver from tests/testenv; no kubelet, no
 scheduler: no pod runs) and creates synthetic objects in it: ``--nodes`` Nodes with ``--gpus``
-nvidia.com/gpu each and their WorkerStatuses (every other GPU in its GPU phase), and ``--jobs``
-snap-update ProofJobs of ``--partitions`` partitions in mixed states, every status written
-through the status subresource as the operator and the provers write it. Then:
+nvidia.com/gpu each and their WorkerStatuses (every other GPU with two lanes, one of them in
+its GPU phase), and ``--jobs`` snap-update ProofJobs of ``--partitions`` partitions in mixed
+states, every status written through the status subresource as the operator and the provers
+write it. Then:
 
 * ``kuzk status-server`` (its own process) lists and watches them;
 * ``--clients`` concurrent clients poll ``/status`` for ``--seconds`` each round: paced at the
@@ -40,6 +41,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from kuzk import api  # noqa: E402
+from kuzk import api, workerstatus  # noqa: E402
 from kuzk.status.aggregate import Filters  # noqa: E402
 from kuzk.status.view import StatusView  # noqa: E402
 from kuzk.status.watches import KubeClient, targets  # noqa: E402
@@ -90,25 +92,29 @@ def job_status(job: int, count: int, last: str) -> dict[str, Any]:
             "succeeded": sum(p["state"] == "done" for p in parts), "partitions": parts}
 
 
-def worker_entries(node: int, gpus: int, jobs: int) -> list[dict[str, Any]]:
-    """Every other GPU with one lane holding its GPU phase, the rest idle."""
-    now = api.format_time(datetime.now(UTC), millis=True)
-    out = []
+def worker_status(node: int, gpus: int, jobs: int) -> dict[str, Any]:
+    """A node's WorkerStatus in the one model's stored form: every other GPU with two lanes,
+    one holding its GPU phase and one synthesizing; the rest idle."""
+    now = datetime.now(UTC)
+    workers = []
     for k in range(gpus):
-        entry: dict[str, Any] = {"id": f"W{k}", "gpu": {"uuid": f"GPU-{uuid.uuid4()}",
-                                                        "name": "NVIDIA H100 80GB HBM3"},
-                                 "state": "idle", "lanes": [], "completed": node + k}
+        worker = workerstatus.Worker(
+            id=f"W{k}", gpu=workerstatus.Gpu(f"GPU-{uuid.uuid4()}", "NVIDIA H100 80GB HBM3"),
+            completed=node + k, since=now)
         if k % 2 == 0 and jobs:
-            job = (node * gpus + k) % jobs
-            pod = {"name": f"snap-{job:04d}-p{k}-a1", "uid": str(uuid.uuid4())}
-            entry["lanes"] = [{
-                "pod": pod, "stage": "gpu", "partition": k, "attempt": 1, "priority": 0,
-                "since": now, "heartbeat": now,
-                "job": {"namespace": NAMESPACE, "name": f"snap-{job:04d}",
-                        "uid": str(uuid.uuid4()), "proofKind": "snap-update"}}]
-            entry |= {"state": "gpu", "holder": {"pod": pod, "since": now}}
-        out.append(entry)
-    return out
+            lanes = []
+            for slot, stage in enumerate((workerstatus.LaneStage.GPU,
+                                          workerstatus.LaneStage.SYNTHESIZING)):
+                name = f"snap-{(node * gpus + k + slot) % jobs:04d}"
+                lanes.append(workerstatus.Lane(
+                    pod=workerstatus.PodRef(f"{name}-p{k}-a1", str(uuid.uuid4())),
+                    job=workerstatus.JobRef(NAMESPACE, name, str(uuid.uuid4()), "snap-update"),
+                    partition=k, attempt=1, priority=0, stage=stage, since=now, heartbeat=now))
+            worker = replace(worker, lanes=tuple(lanes),
+                             holder=workerstatus.Holder(lanes[0].pod, now))
+        workers.append(worker)
+    model = workerstatus.WorkerStatusModel(tuple(workers), stale_writes_rejected=node % 3)
+    return model.as_status(now)
 
 
 def populate(cluster: Cluster, args: argparse.Namespace) -> None:
@@ -127,8 +133,8 @@ def populate(cluster: Cluster, args: argparse.Namespace) -> None:
         custom.create_cluster_custom_object(*ws, {
             "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
             "metadata": {"name": name}, "spec": {"nodeName": name}})
-        custom.patch_cluster_custom_object_status(*ws, name, {"status": {
-            "workers": worker_entries(i, args.gpus, args.jobs), "staleWritesRejected": i % 3}})
+        custom.patch_cluster_custom_object_status(*ws, name, {
+            "status": worker_status(i, args.gpus, args.jobs)})
 
     def make_job(i: int) -> None:
         name = f"snap-{i:04d}"

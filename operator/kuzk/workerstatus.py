@@ -54,6 +54,11 @@ PARTITION_STATE = {
 
 PREVIOUS_PODS = 8
 
+# A lane whose newest heartbeat is older than this is not heard from: three missed beats of
+# the prover's 10 s heartbeat (``kuzk.workers``' sweep limit), for readers that may not import
+# the write protocol (the status server).
+HEARTBEAT_FRESH_S = 30.0
+
 
 @dataclass(frozen=True)
 class PodRef:

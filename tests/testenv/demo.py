@@ -1,8 +1,8 @@
 """The demo: the whole system on a laptop, or the examples on a cluster you name.
 
 ``./scripts/demo`` (or ``python -m tests.testenv.demo``) starts the test control plane with two
-GPU nodes of two GPUs, each GPU with two lanes (time-slicing replicas, the process kubelet),
-installs kuzk with its Helm chart (CRDs,
+GPU nodes of two GPUs, each GPU with two lanes (time-slicing replicas, the process kubelet;
+``--lanes N`` for N), installs kuzk with its Helm chart (CRDs,
 operator, status server), submits the snap-update and winning-post examples sized for a CPU,
 prints the dashboard URL and follows the jobs in the terminal (a progress bar per job, the
 GPU workers' states). When both are done it keeps serving the dashboard until Ctrl-C, then
@@ -41,7 +41,8 @@ from tests.testenv.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [ROOT / "examples" / "snap-update.yaml", ROOT / "examples" / "winning-post.yaml"]
 CHART = ROOT / "charts" / "kuzk"
-# Lanes per GPU: while one partition holds a GPU's GPU phase, the next synthesizes beside it.
+# Lanes per GPU (the default of --lanes): while one partition holds a GPU's GPU phase, the
+# next synthesizes beside it.
 LANES = 2
 BIN = Path(sys.executable).parent
 RELEASE, NAMESPACE = "kuzk", "kuzk-demo"
@@ -203,7 +204,9 @@ def install(cluster: Cluster) -> str:
 
 
 @contextlib.contextmanager
-def local_cluster() -> Iterator[Cluster]:
+def local_cluster(lanes: int = LANES) -> Iterator[Cluster]:
+    """A control plane with two GPU nodes of two GPUs, each GPU advertised as ``lanes``
+    time-slicing replicas."""
     plane = ControlPlane()
     try:
         plane.start()
@@ -212,7 +215,7 @@ def local_cluster() -> Iterator[Cluster]:
         raise DemoError(str(e)) from e
     try:
         cluster = Cluster(plane)
-        nodes = [NodeSpec(f"gpu-node-{i}", gpus=2, replicas=LANES) for i in (1, 2)]
+        nodes = [NodeSpec(f"gpu-node-{i}", gpus=2, replicas=lanes) for i in (1, 2)]
         with cluster.kubelet(nodes):
             for spec in nodes:
                 cluster.kubectl("wait", "--for=condition=Ready", f"node/{spec.name}",
@@ -224,9 +227,9 @@ def local_cluster() -> Iterator[Cluster]:
 
 def run_local(args: argparse.Namespace, stop: threading.Event) -> int:
     t0 = time.monotonic()
-    print(f"starting a control plane with 2 GPU nodes of 2 GPUs, {LANES} lanes each ...",
+    print(f"starting a control plane with 2 GPU nodes of 2 GPUs, {args.lanes} lanes each ...",
           flush=True)
-    with local_cluster() as cluster:
+    with local_cluster(args.lanes) as cluster:
         print(f"control plane up; kubeconfig {cluster.kubeconfig}", flush=True)
         print(f"installing kuzk (chart {CHART.relative_to(ROOT)}) in {NAMESPACE} ...",
               flush=True)
@@ -294,9 +297,19 @@ def main(argv: list[str] | None = None) -> int:
                         "for about a minute on a laptop CPU; the examples' sizes on a cluster)")
     parser.add_argument("--timeout", type=float, default=900,
                         help="give up following the jobs after this many seconds")
+    parser.add_argument("--lanes", type=int, default=None, metavar="N",
+                        help=f"lanes per GPU of the local nodes: time-slicing replicas, partition "
+                        f"pods sharing one GPU (default {LANES})")
     args = parser.parse_args(argv)
     if args.namespace and not args.kubeconfig:
         parser.error("--namespace needs --kubeconfig (the local demo uses its own)")
+    if args.lanes is not None and args.kubeconfig:
+        parser.error("--lanes sets the local nodes; on --kubeconfig's cluster the NVIDIA device "
+                     "plugin's time-slicing sets them")
+    if args.lanes is None:
+        args.lanes = LANES
+    if args.lanes < 1:
+        parser.error("--lanes must be at least 1")
     if args.circuit_log2 is None and not args.kubeconfig:
         args.circuit_log2 = 20
     stop = threading.Event()

@@ -4,9 +4,12 @@ handed out least-loaded GPU first."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from tests.testenv.kubelet import NodeSpec, pick_replicas
+import pytest
+from kubernetes import client
+
+from tests.testenv.kubelet import GPU_RESOURCE, NodeSpec, ProcessKubelet, pick_replicas
 
 GPUS = ["GPU-a", "GPU-b"]
 
@@ -56,6 +59,57 @@ def test_labels_name_physical_gpus_and_replicas(replicas: int, strategy: str) ->
     }
 
 
-def test_replicas_below_one_are_refused() -> None:
-    with pytest.raises(ValueError, match="replicas must be at least 1"):
-        NodeSpec("gpu-1", replicas=0)
+@pytest.mark.parametrize("replicas", [0, -2])
+def test_replicas_below_one_are_refused(replicas: int) -> None:
+    with pytest.raises(ValueError, match="gpu-1: replicas must be at least 1"):
+        NodeSpec("gpu-1", replicas=replicas)
+
+
+# --- the kubelet's own bookkeeping (no API server is reached) --------------------------------
+def kubelet(tmp_path: Path, *specs: NodeSpec) -> ProcessKubelet:
+    return ProcessKubelet(client.ApiClient(), list(specs), tmp_path, server="https://127.0.0.1:1",
+                          ca_cert=tmp_path / "ca.crt")
+
+
+def test_the_kubelet_hands_out_replicas_least_loaded_gpu_first(tmp_path: Path) -> None:
+    spec = NodeSpec("gpu-1", gpus=2, replicas=3)
+    a, b = spec.gpu_uuids()
+    k = kubelet(tmp_path, spec)
+    got = [k.allocate_gpus("gpu-1", f"pod-{i}", 1) for i in range(7)]
+    assert got == [[a], [b], [a], [b], [a], [b], None]
+    assert k.gpus_in_use["gpu-1"]["pod-0"] == [a]
+    k.release_gpus("gpu-1", "pod-3")  # one of b's replicas
+    assert k.allocate_gpus("gpu-1", "pod-7", 1) == [b]
+    assert k.allocate_gpus("gpu-1", "pod-8", 1) is None
+
+
+def test_a_pod_asking_for_two_gets_the_distinct_physical_gpus(tmp_path: Path) -> None:
+    two = NodeSpec("gpu-2", gpus=2, replicas=2)
+    one = NodeSpec("gpu-1", gpus=1, replicas=3)
+    k = kubelet(tmp_path, two, one)
+    assert k.allocate_gpus("gpu-2", "p", 2) == two.gpu_uuids()
+    # two replicas of one GPU: NVIDIA_VISIBLE_DEVICES names it once, but both are taken
+    assert k.allocate_gpus("gpu-1", "q", 2) == one.gpu_uuids()
+    assert k.allocate_gpus("gpu-1", "r", 2) is None
+    assert k.allocate_gpus("gpu-1", "r", 1) == one.gpu_uuids()
+    k.release_gpus("gpu-1", "q")
+    k.release_gpus("gpu-1", "q")  # releasing twice (finish, then the runner's end) is harmless
+    assert k.allocate_gpus("gpu-1", "s", 2) == one.gpu_uuids()
+
+
+def test_one_replica_the_kubelet_gives_one_pod_per_gpu(tmp_path: Path) -> None:
+    spec = NodeSpec("gpu-1", gpus=2)
+    k = kubelet(tmp_path, spec)
+    assert [k.allocate_gpus("gpu-1", u, 1) for u in "abc"] == [
+        spec.gpu_uuids()[:1], spec.gpu_uuids()[1:], None,
+    ]
+    k.release_gpus("gpu-1", "a")
+    assert k.allocate_gpus("gpu-1", "c", 1) == spec.gpu_uuids()[:1]
+
+
+@pytest.mark.parametrize(("replicas", "advertised"), [(1, "2"), (3, "6")])
+def test_capacity_is_gpus_times_replicas(tmp_path: Path, replicas: int, advertised: str) -> None:
+    spec = NodeSpec("gpu-1", gpus=2, replicas=replicas)
+    status = kubelet(tmp_path, spec)._node_status(spec)
+    assert status["capacity"][GPU_RESOURCE] == advertised
+    assert status["allocatable"][GPU_RESOURCE] == advertised

@@ -11,15 +11,16 @@ A GPU's time is split into modes, one at a time, so that they add up to the wall
 the server first saw it: ``busy`` while a lane holds its GPU phase (nothing else is busy), else
 idle for a reason: ``cpu`` (lanes, none holding: starting, synthesizing, waiting or
 committing), ``unknown`` (lanes whose heartbeats all stopped), ``scheduling`` (no lane, but a
-partition that could run here is pending, or scheduled to this node and not started yet),
-``no_work`` (no lane and nothing that could run here).
+partition that could run here is pending, or scheduled to this node and its pod has not joined
+a lane yet), ``no_work`` (no lane and nothing that could run here). The reasons of the GPUs
+without lanes follow the ProofJobs too: the view classifies again when its queue changes.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kuzk import workerstatus
@@ -35,32 +36,47 @@ DURATION_STAGES = (("synthesis", "synth_ms"), ("gpu", "gpu_ms"))
 
 BUSY, CPU, UNKNOWN, SCHEDULING, NO_WORK = "busy", "cpu", "unknown", "scheduling", "no_work"
 IDLE_REASONS = (NO_WORK, SCHEDULING, CPU, UNKNOWN)
-# A lane whose newest heartbeat is older than this is not heard from (three missed beats).
-HEARTBEAT_FRESH_S = 30.0
+
+
+# A partition attempt bound to a node: its job's namespace and name, its index and attempt.
+Bound = tuple[str, str, int, int]
 
 
 @dataclass(frozen=True)
 class Queue:
-    """What could run on a GPU with no lane: a pending partition (anywhere), or one
-    scheduled to a node whose pod has not joined a lane yet."""
+    """What could run on a GPU with no lane: a partition pending (anywhere: its pod is not
+    bound yet), or one scheduled to the GPU's node (``scheduled``: node -> the partition
+    attempts bound there) whose pod has not joined a lane there yet."""
 
     pending: bool = False
-    scheduled_nodes: frozenset[str] = frozenset()
+    scheduled: Mapping[str, Collection[Bound]] = field(default_factory=dict)
+
+    def scheduling(self, node: str, lanes: Iterable[workerstatus.Lane]) -> bool:
+        """Whether the GPUs of ``node`` (whose lanes are ``lanes``) that have no lane wait for
+        a partition that could run on them."""
+        if self.pending:
+            return True
+        bound = self.scheduled.get(node)
+        if not bound:
+            return False
+        joined = {(lane.job.namespace, lane.job.name, lane.partition, lane.attempt)
+                  for lane in lanes}
+        return any(b not in joined for b in bound)
 
 
-def mode_of(worker: workerstatus.Worker, node: str, queue: Queue, now: float) -> tuple[str, float]:
+def mode_of(worker: workerstatus.Worker, scheduling: bool, now: float) -> tuple[str, float]:
     """The mode a GPU is in now, and since when at the latest (a lane that stopped beating
-    went unknown when its heartbeat got old, not when someone looked)."""
+    went unknown when its heartbeat got old, not when someone looked). ``scheduling``: a
+    partition that could run on it is pending, or bound to its node and not a lane yet
+    (``Queue.scheduling``). A GPU whose lane holds its GPU phase is busy, heard from or not."""
     if worker.holder is not None:
         return BUSY, now
     if worker.lanes:
         newest = max(lane.heartbeat.timestamp() for lane in worker.lanes)
-        if now - newest > HEARTBEAT_FRESH_S:
-            return UNKNOWN, newest + HEARTBEAT_FRESH_S
+        if now - newest > workerstatus.HEARTBEAT_FRESH_S:
+            return UNKNOWN, newest + workerstatus.HEARTBEAT_FRESH_S
         return CPU, now
-    if queue.pending or node in queue.scheduled_nodes:
-        return SCHEDULING, now
-    return NO_WORK, now
+    return (SCHEDULING if scheduling else NO_WORK), now
 
 
 @dataclass
@@ -190,10 +206,12 @@ class History:
     def classify(self, nodes: Iterable[WorkerNode], queue: Queue, now: float) -> None:
         """Move every GPU of ``nodes`` into the mode it is in now (``mode_of``)."""
         for node in nodes:
+            lanes = [lane for w in node.workers for lane in w.lanes]
+            scheduling = queue.scheduling(node.node, lanes)
             for w in node.workers:
                 track = self.workers.get((node.node, w.id))
                 if track is not None:
-                    mode, since = mode_of(w, node.node, queue, now)
+                    mode, since = mode_of(w, scheduling, now)
                     track.switch(mode, since)
 
     def forgot_workers(self, node: WorkerNode) -> None:

@@ -19,7 +19,6 @@ import gzip
 import json
 import secrets
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 from kuzk.api import PENDING, PHASE_SUSPENDED, SCHEDULED
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
-from kuzk.status.history import History, Queue
+from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
@@ -103,9 +102,9 @@ class StatusView:
         self._rendering: dict[Filters, asyncio.Task[Rendered]] = {}
         self._renders = 0
         # What could run on a GPU without lanes, kept per job so an event costs one job.
-        self._waiting: dict[str, tuple[bool, frozenset[str]]] = {}
+        self._waiting: dict[str, tuple[bool, frozenset[tuple[str, Bound]]]] = {}
         self._pending_jobs = 0
-        self._scheduled: Counter[str] = Counter()
+        self._scheduled: dict[str, set[Bound]] = {}
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -178,7 +177,7 @@ class StatusView:
 
     @property
     def queue(self) -> Queue:
-        return Queue(self._pending_jobs > 0, frozenset(n for n, k in self._scheduled.items() if k))
+        return Queue(self._pending_jobs > 0, self._scheduled)
 
     def settle(self, now: float) -> None:
         """Bring every GPU's mode up to ``now``: a lane's heartbeat ages without an event."""
@@ -276,20 +275,30 @@ class StatusView:
 
     def _track_queue(self, k: str, job: Job | None, now: float) -> None:
         """Keep what the job has waiting for a GPU; when the fleet's queue changes, the GPUs
-        without lanes may change between ``scheduling`` and ``no_work``."""
-        before = self.queue
-        pending, scheduled = self._waiting.pop(k, (False, frozenset()))
-        self._pending_jobs -= pending
-        self._scheduled.subtract(scheduled)
+        without lanes may change between ``scheduling`` and ``no_work``: all of them when
+        partitions start or stop pending, those of the nodes whose bound partitions changed
+        otherwise."""
+        was_pending = self._pending_jobs > 0
+        old_pending, old_bound = self._waiting.pop(k, (False, frozenset()))
+        pending, bound = False, frozenset[tuple[str, Bound]]()
         if job is not None and job.phase != PHASE_SUSPENDED:
             pending = any(p.state == PENDING for p in job.partitions)
-            scheduled = frozenset(p.node for p in job.partitions
-                                  if p.state == SCHEDULED and p.node)
-            self._waiting[k] = (pending, scheduled)
-            self._pending_jobs += pending
-            self._scheduled.update(scheduled)
-        if self.queue != before:
+            bound = frozenset((p.node, (job.namespace, job.name, p.index, p.attempt))
+                              for p in job.partitions if p.state == SCHEDULED and p.node)
+            self._waiting[k] = (pending, bound)
+        self._pending_jobs += pending - old_pending
+        # A slot names its job, so no two jobs share one.
+        for node, slot in old_bound - bound:
+            self._scheduled[node].discard(slot)
+            if not self._scheduled[node]:
+                del self._scheduled[node]
+        for node, slot in bound - old_bound:
+            self._scheduled.setdefault(node, set()).add(slot)
+        if (self._pending_jobs > 0) != was_pending:
             self.history.classify(self.worker_nodes.values(), self.queue, now)
+        elif changed := {node for node, _ in old_bound ^ bound}:
+            self.history.classify((wn for wn in self.worker_nodes.values() if wn.node in changed),
+                                  self.queue, now)
 
     @staticmethod
     def _pod_key(p: Pod) -> PodKey:

@@ -1,9 +1,10 @@
-"""With the real operator and the real prover, /status tells the truth while a job runs: every
-sample shows, for the job and for each GPU worker, exactly what the API object of the
-resourceVersion it names said, and that version was current (or superseded less than
-LAG_S before the sample); proving GPUs show proving with the right job and partition; the
-order never changes; and at the end the counters and /metrics add up. A failed job shows its
-failed partitions with their reason and leaves none pending."""
+"""With the real operator and the real prover, on GPUs of two lanes each, /status tells the
+truth while a job runs: every sample shows, for the job and for each GPU, exactly what the API
+object of the resourceVersion it names said, and that version was current (or superseded less
+than LAG_S before the sample): the GPU's state, the holder of its GPU phase (job, partition and
+pod) and every lane with its stage; the order never changes; and at the end the counters and
+/metrics add up, and each GPU's busy and idle time add up to no more than the server's
+uptime. A failed job shows its failed partitions with their reason and leaves none pending."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class Agreement:
     jobs_compared: int = 0
     workers_compared: int = 0
     proving_compared: int = 0
+    states_seen: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     worker_orders: set[tuple[str, ...]] = field(default_factory=set)
 
@@ -110,24 +112,27 @@ def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
         seen.workers_compared += 1
         w = next(w for w in ws["status"]["workers"] if w["id"] == row["worker_id"])
         lanes = [(f"{lane['job']['namespace']}/{lane['job']['name']}", lane["partition"],
-                  lane["stage"]) for lane in w.get("lanes") or []]
-        truth: tuple[Any, ...] = (w["state"], None, None, lanes)
+                  lane["stage"], lane["pod"]["name"]) for lane in w.get("lanes") or []]
+        truth: tuple[Any, ...] = (w["state"], None, None, None, lanes)
         if w.get("holder"):
             held = next(lane for lane in w["lanes"]
                         if lane["pod"]["uid"] == w["holder"]["pod"]["uid"])
             truth = (w["state"], f"{held['job']['namespace']}/{held['job']['name']}",
-                     held["partition"], lanes)
+                     held["partition"], held["pod"]["name"], lanes)
         if lanes:
             seen.proving_compared += 1
-        shown = (row["state"], row["current_job"], row["current_partition"],
-                 [(lane["job_id"], lane["partition"], lane["stage"]) for lane in row["lanes"]])
+        seen.states_seen.add(row["state"])
+        holder = row["holder"] or {}
+        shown = (row["state"], row["current_job"], row["current_partition"], holder.get("pod"),
+                 [(lane["job_id"], lane["partition"], lane["stage"], lane["pod"])
+                  for lane in row["lanes"]])
         if shown != truth:
             seen.problems.append(f"{what}: /status {shown} but the API {truth}")
 
 
 def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespace: str, nodes,
                                                       operator, status_server) -> None:
-    kubelet = nodes(2, gpus=2)
+    kubelet = nodes(2, gpus=2, replicas=2)
     names = sorted(kubelet.nodes)
     operator(real_prover=True)
     server: StatusServer = status_server()
@@ -167,6 +172,8 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     assert seen.problems == []
     assert seen.jobs_compared >= 20, seen
     assert seen.proving_compared >= 10, seen
+    # Lanes start and synthesize on the CPU before any holds the GPU phase.
+    assert {"waiting", "gpu"} <= seen.states_seen, seen
     # the workers keep one order in every sample that shows all four
     assert len({order for order in seen.worker_orders if len(order) == 4}) == 1
 
@@ -187,6 +194,11 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     assert sum(w["completed"] for w in mine) == 16
     assert all(w["current_job"] is None for w in mine)
     assert all(w["busy_fraction_10m"] > 0 for w in mine)
+    for w in mine:
+        total = w["busy_seconds_total"] + sum(w["idle_seconds_total"].values())
+        assert total <= doc["uptime_secs"] + 0.01, w
+        assert w["idle_seconds_total"]["cpu"] > 0, w
+        assert (w["idle_reason"], w["holder"], w["lanes"]) == ("no_work", None, [])
 
     metrics = server.metrics()
     assert metrics[("kuzk_partitions", (("proof_kind", "snap-update"), ("state", "done")))] == 16

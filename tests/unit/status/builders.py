@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kuzk import api
+from kuzk import workerstatus as ws
 
 T0 = 1_800_000_000.0  # the tables' clock: seconds since the epoch
 
@@ -40,55 +41,70 @@ def proofjob(name: str, *parts: dict[str, Any], namespace: str = "ns", kind: str
     }
 
 
+def at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
 def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int = 1,
          namespace: str = "ns", kind: str = "snap-update", since: float = T0,
-         heartbeat: float | None = None, ready: float | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "pod": {"name": f"{job}-p{partition}-a{attempt}", "uid": f"pod-{job}-{partition}"},
-        "job": {"namespace": namespace, "name": job, "uid": f"uid-{job}", "proofKind": kind},
-        "partition": partition, "attempt": attempt, "priority": 0, "stage": stage,
-        "since": stamp(since), "heartbeat": stamp(since if heartbeat is None else heartbeat),
-    }
-    if ready is not None:
-        entry["readyAt"] = stamp(ready)
-    return entry
+         heartbeat: float | None = None, ready: float | None = None) -> ws.Lane:
+    """A lane (a partition pod on a GPU) of ``job``, in the one model."""
+    return ws.Lane(
+        pod=ws.PodRef(f"{job}-p{partition}-a{attempt}", f"pod-{job}-{partition}-{attempt}"),
+        job=ws.JobRef(namespace, job, f"uid-{job}", kind),
+        partition=partition, attempt=attempt, priority=ws.lane_priority(kind),
+        stage=ws.LaneStage(stage), since=at(since),
+        heartbeat=at(since if heartbeat is None else heartbeat),
+        ready_at=None if ready is None else at(ready))
 
 
 def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: int | None = None,
            stage: str | None = None, attempt: int = 1, namespace: str = "ns",
            completed: int = 0, since: float = T0, heartbeat: float | None = None,
-           kind: str = "snap-update", lanes: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    """A GPU in the stored layout. ``proving``: a lane of ``job`` holding the GPU phase
-    (stage ``stage``, default gpu); ``waiting``: that lane without holding it (default
-    synthesizing); ``lanes``: more lanes, none holding."""
-    entry: dict[str, Any] = {"id": wid, "gpu": {"uuid": f"GPU-{wid.lower()}"},
-                             "completed": completed, "since": stamp(since)}
-    all_lanes = list(lanes)
-    if state in ("proving", "waiting") and job is not None and partition is not None:
-        default = "gpu" if state == "proving" else "synthesizing"
-        own = lane(job, partition, stage=stage or default, attempt=attempt,
-                   namespace=namespace, kind=kind, since=since, heartbeat=heartbeat)
-        all_lanes.insert(0, own)
-        if state == "proving":
-            entry["holder"] = {"pod": own["pod"], "since": stamp(since)}
-    entry["lanes"] = all_lanes
-    entry["state"] = "gpu" if "holder" in entry else "waiting" if all_lanes else "idle"
-    return entry
+           kind: str = "snap-update", lanes: tuple[ws.Lane, ...] = (),
+           uuid: str | None = None) -> ws.Worker:
+    """A physical GPU. ``gpu``: a lane of ``job`` holding its GPU phase (stage ``stage``,
+    default gpu) since ``since``; ``waiting``: that lane without holding it (default
+    synthesizing); ``lanes``: more lanes after it, none holding."""
+    own: list[ws.Lane] = []
+    holder = None
+    if state in ("gpu", "waiting") and job is not None and partition is not None:
+        default = "gpu" if state == "gpu" else "synthesizing"
+        own.append(lane(job, partition, stage=stage or default, attempt=attempt,
+                        namespace=namespace, kind=kind, since=since, heartbeat=heartbeat))
+        if state == "gpu":
+            holder = ws.Holder(own[0].pod, at(since))
+    return ws.Worker(id=wid, gpu=ws.Gpu(uuid or f"GPU-{wid.lower()}"),
+                     lanes=(*own, *lanes), holder=holder, completed=completed, since=at(since))
 
 
-def workerstatus(node: str, *workers: dict[str, Any], stale: int = 0) -> dict[str, Any]:
+def workerstatus(node: str, *workers: ws.Worker, stale: int = 0,
+                 updated: float = T0) -> dict[str, Any]:
+    """A node's WorkerStatus, its status in the stored form (``WorkerStatusModel.as_status``)."""
+    model = ws.WorkerStatusModel(workers=workers, stale_writes_rejected=stale)
     return {
         "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
         "metadata": {"name": node},
         "spec": {"nodeName": node},
-        "status": {"workers": list(workers), "staleWritesRejected": stale},
+        "status": model.as_status(at(updated)),
     }
 
 
-def node(name: str, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def written(node: str, status: dict[str, Any] | None) -> dict[str, Any]:
+    """A WorkerStatus whose status is what a write protocol decision stored."""
+    return {
+        "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
+        "metadata": {"name": node},
+        "spec": {"nodeName": node},
+        "status": status or {},
+    }
+
+
+def node(name: str, gpus: int, labels: dict[str, str] | None = None,
+         resource: str = "nvidia.com/gpu") -> dict[str, Any]:
+    """A Node advertising ``gpus`` of ``resource`` (replicas, under time-slicing)."""
     return {"metadata": {"name": name, "labels": labels or {}},
-            "status": {"capacity": {"nvidia.com/gpu": str(gpus)},
-                       "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+            "status": {"capacity": {resource: str(gpus)}, "allocatable": {resource: str(gpus)}}}
 
 
 def pod(job: str, partition: int, attempt: int = 1, *, namespace: str = "ns",

@@ -15,7 +15,12 @@ def parse(*argv: str):
 def test_defaults() -> None:
     args = parse()
     assert (args.host, args.port, args.namespace, args.keep_finished, args.kubeconfig,
-            args.log_format) == ("0.0.0.0", 9821, [], 600.0, None, "plain")
+            args.log_format, args.gpu_resource) == (
+        "0.0.0.0", 9821, [], 600.0, None, "plain", "nvidia.com/gpu")
+
+
+def test_gpu_resource_is_the_operators() -> None:
+    assert parse("--gpu-resource", "amd.com/gpu").gpu_resource == "amd.com/gpu"
 
 
 @pytest.mark.parametrize(("text", "seconds"),

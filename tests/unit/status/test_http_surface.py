@@ -32,7 +32,7 @@ def fill(feed: Feed) -> None:
                     proofjob("b", part(0, "failed", reason="InvalidInput"), count=1,
                              kind="porep-c2", phase="Failed", finished=T0)],
          workerstatuses=[workerstatus("gpu-1", worker("W0"),
-                                      worker("W1", "proving", job="a", partition=1, stage="gpu"),
+                                      worker("W1", "gpu", job="a", partition=1, stage="gpu"),
                                       stale=2)],
          nodes=[node("gpu-1", 2)], pods=[])
 

@@ -25,7 +25,7 @@ def test_document_has_the_designed_shape(feed: Feed, view: StatusView) -> None:
                                                        node="gpu-1", worker="W0"),
                              part(1, "gpu", node="gpu-1", worker="W1"), count=2)],
          workerstatuses=[workerstatus("gpu-1", worker("W0", completed=1),
-                                      worker("W1", "proving", job="snap-update-5678",
+                                      worker("W1", "gpu", job="snap-update-5678",
                                              partition=1, stage="gpu"))],
          nodes=[node("gpu-1", 2)], pods=[])
     d = doc(view)
@@ -74,7 +74,7 @@ def test_workers_are_ordered_by_node_then_worker_number(feed: Feed, view: Status
 def test_long_job_ids_are_whole(feed: Feed, view: StatusView) -> None:
     name = "snap-update-" + "x" * 48
     feed(proofjobs=[proofjob(name)],
-         workerstatuses=[workerstatus("gpu-1", worker("W0", "proving", job=name, partition=3))])
+         workerstatuses=[workerstatus("gpu-1", worker("W0", "gpu", job=name, partition=3))])
     d = doc(view)
     assert d["pipelines"][0]["job_id"] == f"ns/{name}"
     assert d["gpu_workers"][0]["current_job"] == f"ns/{name}"
@@ -165,7 +165,7 @@ def test_a_gpu_with_lanes_and_no_holder_is_waiting_and_names_no_job(feed: Feed,
 
 
 @pytest.mark.parametrize(
-    ("proving", "started_ago", "expected"),
+    ("holding", "started_ago", "expected"),
     [
         ([(0, 300)], 600, 0.5),
         ([(0, 600)], 600, 1.0),
@@ -175,15 +175,15 @@ def test_a_gpu_with_lanes_and_no_holder_is_waiting_and_names_no_job(feed: Feed,
     ],
     ids=["half", "all", "idle", "young-server", "two-spells"],
 )
-def test_busy_fraction_is_the_proving_share_of_the_last_ten_minutes(
-        view: StatusView, clock: Clock, proving, started_ago, expected) -> None:
+def test_busy_fraction_is_the_gpu_phase_share_of_the_last_ten_minutes(
+        view: StatusView, clock: Clock, holding, started_ago, expected) -> None:
     start = T0
     view.history.started = start
     view.listed("workerstatuses", [workerstatus("gpu-1", worker("W0"), worker("W1"))])
-    for begin, end in proving:
+    for begin, end in holding:
         clock.now = start + begin
         view.listed("workerstatuses", [workerstatus(
-            "gpu-1", worker("W0", "proving", job="j", partition=0), worker("W1"))])
+            "gpu-1", worker("W0", "gpu", job="j", partition=0), worker("W1"))])
         clock.now = start + end
         view.listed("workerstatuses", [workerstatus("gpu-1", worker("W0"), worker("W1"))])
     clock.now = start + started_ago
@@ -224,7 +224,7 @@ def test_stage_seconds_count_from_when_the_state_was_seen(feed: Feed, view: Stat
                                                   stage="synthesizing"))])
     clock.now = T0 + 5
     feed(proofjobs=[proofjob("j", part(0, "gpu"), count=1)],
-         workerstatuses=[workerstatus("n", worker("W0", "proving", job="j", partition=0,
+         workerstatuses=[workerstatus("n", worker("W0", "gpu", job="j", partition=0,
                                                   stage="gpu", since=T0 + 5))])
     clock.now = T0 + 8
     d = doc(view)
@@ -276,7 +276,7 @@ def test_busy_and_idle_by_reason_add_up_to_the_wall_time(view: StatusView,
     view.listed("proofjobs", [proofjob("j", part(0, "synthesizing"), count=1)])
     clock.now = T0 + 15
     view.listed("workerstatuses", [workerstatus("gpu-1", worker(
-        "W0", "proving", job="j", partition=0, since=T0 + 15))])
+        "W0", "gpu", job="j", partition=0, since=T0 + 15))])
     clock.now = T0 + 19
     view.listed("workerstatuses", [workerstatus("gpu-1", worker(
         "W0", "waiting", job="j", partition=0, stage="committing", since=T0 + 19))])

@@ -67,9 +67,11 @@ function shortJob(jobId) {
 const REASONS = {no_work: "no work", scheduling: "scheduling", cpu: "CPU", unknown: "unknown"};
 
 function laneLine(lane, drift) {
-  const stage = lane.ready_secs !== null && lane.stage === "synth_done" ? "waiting for GPU" : lane.stage;
-  return el("li", {class: `lane ${lane.stage}`, title: lane.job_id,
-    text: `${shortJob(lane.job_id)} P${lane.partition} · ${stage} ${secs(lane.stage_secs + drift)}`});
+  const ready = lane.ready_secs !== null && lane.stage === "synth_done";
+  const doing = ready ? `waiting for GPU ${secs(lane.ready_secs + drift)}`
+    : `${lane.stage} ${secs(lane.stage_secs + drift)}`;
+  return el("li", {class: `lane ${lane.stage}`, title: `${lane.job_id} · pod ${lane.pod}`,
+    text: `${shortJob(lane.job_id)} P${lane.partition} · ${doing}`});
 }
 
 function renderWorkers(d, drift) {
@@ -81,7 +83,8 @@ function renderWorkers(d, drift) {
     const strip = el("div", {class: "strip", title: `busy ${pct(w.busy_fraction_10m)} of the last 10 min`});
     w.busy_strip_10m.forEach((share, i) => {
       const reason = (w.idle_strip_10m || [])[i];
-      const cell = el("span", share === null ? {class: "unknown"} : {title: reason ? `idle: ${REASONS[reason]}` : "busy"});
+      const cell = el("span", share === null ? {class: "before"}
+        : {title: `busy ${pct(share)}${reason ? ", idle mostly: " + REASONS[reason] : ""}`});
       if (share !== null) cell.style.background =
         `color-mix(in srgb, var(--proving) ${Math.round(share * 100)}%, var(--idle-${reason || "no_work"}))`;
       strip.append(cell);

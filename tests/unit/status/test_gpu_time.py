@@ -1,0 +1,367 @@
+"""A GPU's state, holder and lanes in /status, and its time: busy only while a lane holds the
+GPU phase, idle by reason otherwise, busy plus idle equal to the wall time (a settable clock,
+so every sum is exact). Statuses come from the one model (``kuzk.workerstatus``) and from the
+write protocol's own decisions (``kuzk.workers.decide_*``)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kuzk import workers, workerstatus
+from kuzk.status import metrics
+from kuzk.status.aggregate import Filters, render
+from kuzk.status.view import RESOURCES, StatusView
+from kuzk.workerstatus import Gpu
+from tests.unit.status.builders import T0, at, lane, node, part, proofjob, worker, written
+from tests.unit.status.builders import workerstatus as ws_object
+from tests.unit.status.conftest import Clock, Feed
+
+REASONS = ("no_work", "scheduling", "cpu", "unknown")
+
+
+def doc(view: StatusView) -> dict[str, Any]:
+    now = view.clock()
+    document = render(view.snapshot(), now=now, sync=view.sync(now),
+                      keep_finished=view.keep_finished, filters=Filters())
+    return dict(json.loads(json.dumps(document)))
+
+
+def gpu(view: StatusView, index: int = 0) -> dict[str, Any]:
+    return dict(doc(view)["gpu_workers"][index])
+
+
+def times(row: dict[str, Any]) -> dict[str, float]:
+    return {"busy": row["busy_seconds_total"], **row["idle_seconds_total"]}
+
+
+def listed(view: StatusView, **lists: list[dict[str, Any]]) -> None:
+    for resource in RESOURCES:
+        view.listed(resource, lists.get(resource, []))
+
+
+# --- state, holder, lanes ------------------------------------------------------------------
+def test_a_gpu_without_lanes_is_idle(feed: Feed, view: StatusView) -> None:
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0", completed=3))])
+    w = gpu(view)
+    assert (w["state"], w["holder"], w["lanes"], w["idle_reason"]) == ("idle", None, [],
+                                                                        "no_work")
+    assert (w["heartbeat_age_secs"], w["busy_secs"], w["stage"], w["current_job"]) == (
+        None, None, None, None)
+    assert w["completed"] == 3
+
+
+@pytest.mark.parametrize("stage", ["starting", "synthesizing", "synth_done", "committing"])
+def test_lanes_without_a_holder_are_waiting_on_the_cpu(feed: Feed, view: StatusView,
+                                                       clock: Clock, stage: str) -> None:
+    ready = T0 + 2 if stage == "synth_done" else None
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0", lanes=(
+        lane("j", 4, stage=stage, since=T0, heartbeat=T0 + 2, ready=ready),)))])
+    clock.now = T0 + 5
+    w = gpu(view)
+    assert (w["state"], w["holder"], w["idle_reason"], w["busy_secs"]) == (
+        "waiting", None, "cpu", None)
+    (row,) = w["lanes"]
+    assert row == {"pod": "j-p4-a1", "job_id": "ns/j", "proof_kind": "snap-update",
+                   "partition": 4, "attempt": 1, "stage": stage, "stage_secs": 5.0,
+                   "heartbeat_age_secs": 3.0,
+                   "ready_secs": 3.0 if stage == "synth_done" else None}
+    assert w["heartbeat_age_secs"] == 3.0
+
+
+def test_a_gpu_whose_lane_holds_the_gpu_phase_shows_the_holder_and_every_lane(
+        feed: Feed, view: StatusView, clock: Clock) -> None:
+    others = (lane("j", 3, stage="synthesizing", since=T0 + 1, heartbeat=T0 + 4),
+              lane("k", 0, stage="synth_done", since=T0 + 2, ready=T0 + 3, kind="porep-c2",
+                   namespace="other"))
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0", "gpu", job="j", partition=9,
+                                                   attempt=2, since=T0, lanes=others))])
+    clock.now = T0 + 5.5
+    w = gpu(view)
+    assert w["state"] == "gpu"
+    assert w["holder"] == {"pod": "j-p9-a2", "job_id": "ns/j", "proof_kind": "snap-update",
+                           "partition": 9, "attempt": 2, "since_secs": 5.5}
+    assert [(r["job_id"], r["partition"], r["stage"], r["ready_secs"]) for r in w["lanes"]] == [
+        ("ns/j", 9, "gpu", None), ("ns/j", 3, "synthesizing", None),
+        ("other/k", 0, "synth_done", 2.5)]
+    # The one-pod-per-GPU fields are the holder's.
+    assert (w["current_job"], w["current_proof_kind"], w["current_partition"], w["attempt"],
+            w["stage"], w["busy_secs"], w["stage_secs"]) == (
+        "ns/j", "snap-update", 9, 2, "gpu", 5.5, 5.5)
+    assert (w["idle_reason"], w["heartbeat_age_secs"]) == (None, 1.5)
+
+
+# --- busy and idle time ----------------------------------------------------------------------
+def assignment(job: str, partition: int) -> workers.Assignment:
+    return workers.Assignment("ns", job, f"uid-{job}", "snap-update", partition, 1,
+                              f"{job}-p{partition}-a1", f"pod-{job}-{partition}")
+
+
+def test_busy_counts_only_the_gpu_phase_of_what_the_protocol_writes(view: StatusView,
+                                                                     clock: Clock) -> None:
+    """Two lanes on one GPU through the write protocol's decisions: start-up, synthesis,
+    waiting for the GPU and the commitment are idle (cpu); only the GPU phase is busy."""
+    listed(view)
+    device = Gpu("GPU-0", "NVIDIA H100")
+    a, b = assignment("j", 0), assignment("j", 1)
+    status: dict[str, Any] = {}
+    seen: dict[float, dict[str, Any]] = {}
+
+    def write(t: float, decide: Callable[..., workers.WriteDecision[Any]], *args: Any) -> None:
+        nonlocal status
+        decision = decide(status, *args, at(T0 + t))
+        assert decision.status is not None and decision.stale is None
+        status = decision.status
+        clock.now = T0 + t
+        view.event("workerstatuses", "MODIFIED", written("gpu-1", status))
+        seen[t] = gpu(view)
+
+    write(0, workers.decide_join, device, a)
+    write(1, workers.decide_join, device, b)
+    write(2, workers.decide_stage, a, "synthesizing")
+    write(4, workers.decide_stage, a, "synth_done")
+    write(5, workers.decide_acquire, a)
+    write(6, workers.decide_stage, b, "synthesizing")
+    write(7, workers.decide_stage, b, "synth_done")
+    write(8, workers.decide_acquire, b)
+    write(9, workers.decide_release_gpu, a)
+    write(10, workers.decide_acquire, b)
+    write(11, workers.decide_leave, a, "succeeded")
+    write(14, workers.decide_release_gpu, b)
+    write(15, workers.decide_leave, b, "succeeded")
+
+    assert [seen[t]["state"] for t in sorted(seen)] == [
+        "waiting", "waiting", "waiting", "waiting", "gpu", "gpu", "gpu", "gpu", "waiting",
+        "gpu", "gpu", "waiting", "idle"]
+    assert seen[8]["holder"]["partition"] == 0
+    assert [(r["partition"], r["stage"], r["ready_secs"]) for r in seen[8]["lanes"]] == [
+        (0, "gpu", None), (1, "synth_done", 0.0)]
+    assert seen[10]["holder"]["partition"] == 1
+    assert (seen[15]["completed"], seen[15]["idle_reason"]) == (2, "no_work")
+    clock.now = T0 + 20
+    w = gpu(view)
+    # GPU phase: 5-9 (partition 0) and 10-14 (partition 1).
+    assert times(w) == {"busy": 8.0, "no_work": 5.0, "scheduling": 0.0, "cpu": 7.0,
+                        "unknown": 0.0}
+    assert w["busy_fraction_10m"] == 0.4
+
+
+def test_lanes_that_stop_beating_are_unknown_from_when_their_heartbeat_got_old(
+        feed: Feed, view: StatusView, clock: Clock) -> None:
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0", lanes=(
+        lane("j", 0, heartbeat=T0), lane("j", 1, heartbeat=T0 + 4))))])
+    clock.now = T0 + 34
+    assert gpu(view)["idle_reason"] == "cpu"
+    clock.now = T0 + 50
+    w = gpu(view)
+    assert (w["state"], w["idle_reason"]) == ("waiting", "unknown")
+    assert times(w) == {"busy": 0.0, "no_work": 0.0, "scheduling": 0.0, "cpu": 34.0,
+                        "unknown": 16.0}
+    # A heartbeat comes in: heard from again.
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0", lanes=(
+        lane("j", 0, heartbeat=T0), lane("j", 1, heartbeat=T0 + 50))))])
+    clock.now = T0 + 60
+    assert times(gpu(view)) == {"busy": 0.0, "no_work": 0.0, "scheduling": 0.0, "cpu": 44.0,
+                                "unknown": 16.0}
+
+
+def test_a_holder_is_busy_even_without_fresh_heartbeats(feed: Feed, view: StatusView,
+                                                         clock: Clock) -> None:
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0", "gpu", job="j", partition=0))])
+    clock.now = T0 + 100
+    w = gpu(view)
+    assert (w["state"], w["idle_reason"], w["busy_seconds_total"]) == ("gpu", None, 100.0)
+    assert w["heartbeat_age_secs"] == 100.0
+
+
+def test_gpus_without_lanes_are_scheduling_while_partitions_could_run_on_them(
+        view: StatusView, clock: Clock) -> None:
+    """Pending partitions make every GPU without lanes ``scheduling``; a partition bound to a
+    node only that node's, until its pod joins a lane there; a GPU with lanes stays ``cpu``;
+    a suspended job's pending partitions are no work."""
+    listed(view, nodes=[node("a", 2), node("b", 1)],
+           workerstatuses=[ws_object("a", worker("W0"), worker("W1")),
+                           ws_object("b", worker("W0", lanes=(lane("x", 0),)))])
+
+    def reasons() -> dict[str, str | None]:
+        return {f"{w['node']}/{w['worker_id']}": w["idle_reason"]
+                for w in doc(view)["gpu_workers"]}
+
+    assert reasons() == {"a/W0": "no_work", "a/W1": "no_work", "b/W0": "cpu"}
+    clock.now = T0 + 10
+    view.event("proofjobs", "ADDED", proofjob("j", part(0, "pending"), count=1))
+    assert reasons() == {"a/W0": "scheduling", "a/W1": "scheduling", "b/W0": "cpu"}
+    clock.now = T0 + 12
+    view.event("proofjobs", "MODIFIED", proofjob("j", part(0, "scheduled", node="a"), count=1))
+    assert reasons() == {"a/W0": "scheduling", "a/W1": "scheduling", "b/W0": "cpu"}
+    clock.now = T0 + 13
+    view.event("workerstatuses", "MODIFIED", ws_object(
+        "a", worker("W0", lanes=(lane("j", 0, stage="starting", since=T0 + 13),)), worker("W1")))
+    assert reasons() == {"a/W0": "cpu", "a/W1": "no_work", "b/W0": "cpu"}
+    clock.now = T0 + 15
+    view.event("proofjobs", "MODIFIED", proofjob("s", part(0, "pending"), count=1,
+                                                 phase="Suspended"))
+    assert reasons()["a/W1"] == "no_work"
+    w1 = doc(view)["gpu_workers"][1]
+    assert times(w1) == {"busy": 0.0, "no_work": 12.0, "scheduling": 3.0, "cpu": 0.0,
+                         "unknown": 0.0}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_busy_and_idle_by_reason_always_add_up_to_the_wall_time(view: StatusView,
+                                                                clock: Clock,
+                                                                seed: int) -> None:
+    """Random lanes, holders, heartbeats and jobs, on two nodes of two GPUs: at every step and
+    for every GPU, busy plus idle by reason is exactly the time since the server first saw
+    it."""
+    rng = random.Random(seed)
+    listed(view)
+    first_seen: dict[tuple[str, str], float] = {}
+    t = 0.0
+    for _ in range(120):
+        t += rng.choice((0.5, 1.0, 7.0, 31.0))
+        clock.now = T0 + t
+        if rng.random() < 0.3:
+            states = rng.choices(("pending", "scheduled", "gpu", "done"), k=2)
+            job = proofjob("j", *(part(i, s, node="a" if s == "scheduled" else None)
+                                  for i, s in enumerate(states)), count=2)
+            view.event("proofjobs", "MODIFIED", job)
+            continue
+        name = rng.choice(("a", "b"))
+        gpus = []
+        for wid in ("W0", "W1"):
+            lanes = tuple(lane("j", k, stage=rng.choice(("starting", "synthesizing",
+                                                         "synth_done", "committing")),
+                               since=T0 + t, heartbeat=T0 + t - rng.choice((0, 29, 45)))
+                          for k in range(rng.randrange(3)))
+            holding = bool(lanes) and rng.random() < 0.5
+            gpus.append(worker(wid, "gpu" if holding else "idle", job="j", partition=9,
+                               since=T0 + t, lanes=lanes))
+            first_seen.setdefault((name, wid), t)
+        view.event("workerstatuses", "MODIFIED", ws_object(name, *gpus))
+        for row in doc(view)["gpu_workers"]:
+            wall = t - first_seen[(row["node"], row["worker_id"])]
+            assert sum(times(row).values()) == pytest.approx(wall, abs=1e-6), (row, t)
+            assert row["busy_seconds_total"] <= wall
+
+
+# --- the ten-minute strips -------------------------------------------------------------------
+def test_the_strips_show_the_busy_share_and_the_longest_idle_reason_of_each_slice(
+        view: StatusView, clock: Clock) -> None:
+    listed(view, workerstatuses=[ws_object("gpu-1", worker("W0"))])
+    steps = [
+        (30, worker("W0", lanes=(lane("j", 0, since=T0 + 30),))),
+        (45, worker("W0", "gpu", job="j", partition=0, since=T0 + 45)),
+        (60, worker("W0")),
+        (90, worker("W0", "gpu", job="j", partition=1, since=T0 + 90)),
+        (120, worker("W0")),
+    ]
+    for t, w in steps:
+        clock.now = T0 + t
+        view.event("workerstatuses", "MODIFIED", ws_object("gpu-1", w))
+    clock.now = T0 + 600
+    w = gpu(view)
+    assert len(w["busy_strip_10m"]) == len(w["idle_strip_10m"]) == 20
+    assert w["busy_strip_10m"][:5] == [0.0, 0.5, 0.0, 1.0, 0.0]
+    assert w["idle_strip_10m"][:5] == ["no_work", "cpu", "no_work", None, "no_work"]
+    assert w["busy_fraction_10m"] == 0.075
+
+
+def test_the_strip_is_empty_before_the_server_started(feed: Feed, view: StatusView,
+                                                      clock: Clock) -> None:
+    feed(workerstatuses=[ws_object("gpu-1", worker("W0"))])
+    clock.now = T0 + 60
+    w = gpu(view)
+    assert w["busy_strip_10m"][:18] == [None] * 18
+    assert w["idle_strip_10m"] == [None] * 18 + ["no_work", "no_work"]
+
+
+# --- the fleet -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("nodes", "statuses", "gpus"),
+    [
+        ([node("a", 6, {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.replicas": "3"})], [], 2),
+        ([node("a", 6, {"nvidia.com/gpu.replicas": "3"})], [], 2),
+        ([], [ws_object("a", worker("W0"), worker("W1"), worker("W2"))], 3),
+        ([node("a", 6, {"nvidia.com/gpu.replicas": "3"}), node("cpu-only", 0)],
+         [ws_object("b", worker("W0"))], 3),
+    ],
+    ids=["count-label", "allocatable-over-replicas", "only-workers", "nodes-and-workers"],
+)
+def test_fleet_gpus_are_physical(feed: Feed, view: StatusView, nodes, statuses,
+                                 gpus: int) -> None:
+    feed(nodes=nodes, workerstatuses=statuses)
+    f = doc(view)["fleet"]
+    assert f["gpus"] == gpus
+    assert f["nodes"] == len({n["metadata"]["name"] for n in nodes if n["metadata"]["name"]
+                              != "cpu-only"} | {s["spec"]["nodeName"] for s in statuses})
+
+
+def test_fleet_gpus_use_the_configured_gpu_resource(clock: Clock) -> None:
+    view = StatusView(keep_finished=600, clock=clock, gpu_resource="example.com/gpu")
+    for resource in RESOURCES:
+        view.add_watch(resource, resource)
+    view.listed("nodes", [node("a", 4, {"nvidia.com/gpu.replicas": "2"},
+                               resource="example.com/gpu"), node("b", 8)])
+    clock.now = T0 + 10
+    assert doc(view)["fleet"] == {"nodes": 1, "gpus": 2, "gpus_proving": 0, "gpus_waiting": 0,
+                                  "busy_fraction_10m": 0.0}
+
+
+def test_fleet_counts_gpus_in_the_gpu_phase_and_waiting(feed: Feed, view: StatusView,
+                                                       clock: Clock) -> None:
+    feed(nodes=[node("a", 4)], workerstatuses=[ws_object(
+        "a", worker("W0", "gpu", job="j", partition=0), worker("W1", lanes=(lane("j", 1),)),
+        worker("W2", "waiting", job="j", partition=2), worker("W3"))])
+    clock.now = T0 + 60
+    f = doc(view)["fleet"]
+    assert (f["gpus"], f["gpus_proving"], f["gpus_waiting"]) == (4, 1, 2)
+    assert f["busy_fraction_10m"] == 0.25
+
+
+# --- /metrics --------------------------------------------------------------------------------
+def scrape(view: StatusView) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = generate_latest(metrics.registry(view)).decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def test_gpu_metrics_have_their_names_and_labels(feed: Feed, view: StatusView,
+                                                 clock: Clock) -> None:
+    feed(nodes=[node("a", 2)], workerstatuses=[ws_object(
+        "a", worker("W0", "gpu", job="j", partition=0, uuid="GPU-1111",
+                    lanes=(lane("j", 1, stage="synth_done", ready=T0),)),
+        worker("W1", uuid="GPU-2222"))])
+    clock.now = T0 + 20
+    samples = scrape(view)
+    assert {tuple(sorted(labels)) for name in ("kuzk_gpu_workers", "kuzk_gpu_lanes",
+                                               "kuzk_gpu_busy_seconds_total",
+                                               "kuzk_gpu_idle_seconds_total")
+            for labels, _ in samples[name]} == {
+        ("node", "state"), ("node", "stage"), ("gpu_uuid", "node", "worker"),
+        ("gpu_uuid", "node", "reason", "worker")}
+    assert {labels["state"]: v for labels, v in samples["kuzk_gpu_workers"]} == {
+        "idle": 1, "waiting": 0, "gpu": 1}
+    assert {labels["stage"]: v for labels, v in samples["kuzk_gpu_lanes"]} == {
+        "starting": 0, "synthesizing": 0, "synth_done": 1, "gpu": 1, "committing": 0}
+    assert {(labels["worker"], labels["gpu_uuid"]): v
+            for labels, v in samples["kuzk_gpu_busy_seconds_total"]} == {
+        ("W0", "GPU-1111"): 20.0, ("W1", "GPU-2222"): 0.0}
+    idle = {(labels["worker"], labels["reason"]): v
+            for labels, v in samples["kuzk_gpu_idle_seconds_total"]}
+    assert idle == {**{("W0", r): 0.0 for r in REASONS}, **{("W1", r): 0.0 for r in REASONS},
+                    ("W1", "no_work"): 20.0}
+
+
+def test_the_heartbeat_limit_is_the_sweeps() -> None:
+    assert workerstatus.HEARTBEAT_FRESH_S == (workers.HEARTBEAT_INTERVAL_S
+                                              * workers.SWEEP_MISSED_HEARTBEATS)
