@@ -72,9 +72,10 @@ log = logging.getLogger("kuzk.workers")
 T = TypeVar("T")
 
 # How long a write keeps trying through continuous 409s. With lanes a node's WorkerStatus has
-# GPUs x lanes writers; on a loaded API server a write may need many tries, and a prover waits
-# for its write anyway, so the budget is generous.
-CONFLICT_BUDGET_S = 10.0
+# GPUs x lanes writers; on a loaded API server a write may need many tries (24 writers on two
+# cores: a join's p99 was 12 s, and a 10 s budget gave 1 write up in 99 partitions), and a
+# prover waits for its write anyway, so the budget is generous.
+CONFLICT_BUDGET_S = 30.0
 BACKOFF_BASE_S = 0.005
 BACKOFF_CAP_S = 0.25
 # A write gives up on a connection the API server never accepts after 10 s, and on an answer
