@@ -214,17 +214,13 @@ class ProverReporter:
         if self._quiet.is_set() or self.worker_id is None:
             return False
         started = time.monotonic()
-        try:
-            result = self._persist(
-                "acquire",
-                lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait),
-            )
-        except _WRITE_ERRORS as error:
-            log.warning(
-                "acquiring the GPU phase of %s failed (%s): proving on without it",
-                describe(self.assignment),
-                brief(error),
-            )
+        result = self._best_effort(
+            "acquire",
+            lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait),
+            "acquiring the GPU phase",
+            "proving on without it",
+        )
+        if result is None:
             return False
         with self._lock:
             self._last_write = time.monotonic()
@@ -243,17 +239,13 @@ class ProverReporter:
         return False
 
     def _release_gpu(self) -> None:
-        try:
-            given = self._persist(
-                "GPU release", lambda: release_gpu(self.api, self.node, self.assignment)
-            )
-        except _WRITE_ERRORS as error:
-            log.warning(
-                "giving up the GPU phase of %s failed (%s); the operator's finalizer release"
-                " will",
-                describe(self.assignment),
-                brief(error),
-            )
+        given = self._best_effort(
+            "GPU release",
+            lambda: release_gpu(self.api, self.node, self.assignment),
+            "giving up the GPU phase",
+            "the operator's finalizer release will",
+        )
+        if given is None:
             return
         with self._lock:
             self._last_write = time.monotonic()
@@ -280,17 +272,26 @@ class ProverReporter:
         self._quiet.set()
         if self._thread is not None:
             self._thread.join()
+        left = self._best_effort(
+            "leave",
+            lambda: leave(self.api, self.node, self.assignment, outcome),
+            "release",
+            "the operator's finalizer release will do it",
+        )
+        return bool(left)
+
+    def _best_effort(
+        self, what: str, write: Callable[[], T], doing: str, instead: str
+    ) -> T | None:
+        """``write()`` through ``_persist``; a failure is logged with what happens instead, and
+        None returned: a status write never fails the proof."""
         try:
-            return self._persist(
-                "leave", lambda: leave(self.api, self.node, self.assignment, outcome)
-            )
+            return self._persist(what, write)
         except _WRITE_ERRORS as error:
             log.warning(
-                "release of %s failed (%s); the operator's finalizer release will do it",
-                describe(self.assignment),
-                brief(error),
+                "%s of %s failed (%s); %s", doing, describe(self.assignment), brief(error), instead
             )
-            return False
+            return None
 
     def __enter__(self) -> ProverReporter:
         return self
