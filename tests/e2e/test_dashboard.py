@@ -68,10 +68,10 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
         page = browser.new_page()
         page.goto(server.url + "/")
         expect(page.locator("#freshness")).to_have_attribute("data-state", "live")
-        apply_job(cluster, namespace, proofjob(JOB, partitions=8, circuitLog2=18))
+        apply_job(cluster, namespace, proofjob(JOB, partitions=8, circuitLog2=21))
 
-        # At circuitLog2 18 the GPU phase is a few tens of milliseconds; a card with lanes
-        # (waiting or gpu) is what a 1.5 s poll catches.
+        # A card with lanes (waiting or gpu) is what a 1.5 s poll catches: at circuitLog2 21 a
+        # pod's lane lives for seconds (at 18 a whole wave could pass between two polls).
         busy = page.locator("article.card.waiting, article.card.gpu")
         expect(busy.first).to_be_attached(timeout=120_000)
         card = busy.first.inner_text()
