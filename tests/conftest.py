@@ -109,19 +109,30 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         cluster.core.delete_namespace(name)
 
 
+NODE_SELECTOR = "scheduler.alpha.kubernetes.io/node-selector"
+TEST_NODES = "kuzk.test/nodes"
+
+
 @pytest.fixture
 def nodes(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
     Callable[..., ProcessKubelet]
 ]:
     """Start process-kubelet nodes for this test: ``nodes(2, gpus=2)``, with ``replicas=N``
     time-slicing replicas per GPU. Node names are unique to the test; the nodes and their pods
-    are removed at teardown."""
+    are removed at teardown. When the test has a ``namespace``, its pods are scheduled only
+    onto these nodes (a namespace node selector), so a scheduler that still sees an earlier
+    test's node, as one did after an API server restart, cannot bind a pod to a node that is
+    gone."""
     stack = contextlib.ExitStack()
     prefix = f"{_short(request.node.name)[:20]}-{uuid.uuid4().hex[:4]}"
+    if "namespace" in request.fixturenames:
+        cluster.core.patch_namespace(request.getfixturevalue("namespace"), {"metadata": {
+            "annotations": {NODE_SELECTOR: f"{TEST_NODES}={prefix}"}}})
 
     def start(count: int = 1, *, gpus: int = 2, replicas: int = 1,
               **labels: str) -> ProcessKubelet:
-        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, labels=dict(labels), replicas=replicas)
+        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, replicas=replicas,
+                          labels={TEST_NODES: prefix, **labels})
                  for i in range(count)]
         kubelet = stack.enter_context(cluster.kubelet(specs))
         for spec in specs:

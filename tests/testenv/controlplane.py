@@ -157,6 +157,9 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
+                # Lets the tests' ``nodes`` fixture keep a namespace's pods on that test's
+                # nodes (the namespace's scheduler.alpha.kubernetes.io/node-selector).
+                "--enable-admission-plugins=PodNodeSelector",
                 "--v=1",
                 *self._audit_flags(),
             ],
