@@ -16,21 +16,23 @@ It prints updates/s, the guarded writes' conflict rate (409s per PUT), and how m
 the merge patches lost (updates made minus the sum of ``completed`` at the end). Exit status 1
 if a guarded update was lost.
 
-    .venv/bin/python bench/worker_writes.py --busy-node 60 [--provers 8] [--lanes 1,3]
+    .venv/bin/python bench/worker_writes.py --busy-node 60 [--gpus 8] [--lanes 1,3]
         [--partition 1.0]
 
-The busy-node mode writes one node's WorkerStatus at the rate a busy 8-GPU node makes: for
-each lane count in ``--lanes``, one process per lane of every GPU (``--provers`` GPUs) proves
-partitions back to back as the prover does (join, synthesizing, synth_done, acquire the GPU
-phase, waiting on a watch while another lane holds it, release it, leave; ``--partition``
-seconds of work, 40 % synthesis and 60 % GPU phase; ``--gap`` seconds until the next pod)
-through kuzk.workers, and an "operator" process makes the finalizer release of every finished
-pod (as a partition pod's finalizer does) and the periodic sweep (``--sweep`` seconds, 30 as
-the operator). Per lane count it reports p50/p99 latency per operation, WorkerStatus writes
-and 409s per partition attempt, every write that gave up (WorkerWriteConflict), and that
-nothing was lost (no lane left, completed equal to the partitions), beside the guarded
-writes/s the same object sustains in a tight loop with as many writers (the reference, same
-run). Exit status 1 if a write gave up or something was lost.
+The busy-node (lanes) mode writes one node's WorkerStatus at the rate a busy 8-GPU node
+makes: for each lane count in ``--lanes``, one process per lane of every GPU (``--gpus``
+GPUs, alias ``--provers``) proves partitions back to back as the prover does (join,
+synthesizing, synth_done, acquire the GPU phase, waiting on a watch while another lane holds
+it, release it, leave; ``--partition`` seconds of work on average, random from half to one
+and a half times that, 40 % synthesis and 60 % GPU phase; ``--gap`` seconds until the next
+pod) through kuzk.workers, and an "operator" process makes the finalizer release of every
+finished pod (as a partition pod's finalizer does) and the periodic sweep (``--sweep``
+seconds, 30 as the operator; no pod is gone, so it must remove nothing). Per lane count it
+reports p50/p99 latency per operation, WorkerStatus writes (PUTs) and 409s per partition
+attempt, every write that gave up (WorkerWriteConflict), and that nothing was lost (no lane
+left, completed equal to the partitions), beside the guarded writes/s the same object sustains
+in a tight loop with as many writers as GPUs (the reference, same run). Exit status 1 if a
+write gave up or something was lost.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ import argparse
 import copy
 import multiprocessing
 import queue
+import random
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -150,19 +153,27 @@ def run(
 
 # --- the busy-node mode ----------------------------------------------------------------------
 class Timings:
-    """Latencies per operation and the writes that gave up, in one process."""
+    """Latencies, PUTs and 409s per operation and the writes that gave up, in one process."""
 
-    def __init__(self) -> None:
+    def __init__(self, api: CountingClient) -> None:
+        self.api = api
         self.latency: dict[str, list[float]] = {}
         self.gave_up: Counter[str] = Counter()
+        self.puts: Counter[str] = Counter()
+        self.conflicts: Counter[str] = Counter()
 
     def call(self, op: str, write: Callable[[], Any]) -> None:
-        started = time.monotonic()
+        started, puts, conflicts = time.monotonic(), self.api.puts, self.api.conflicts
         try:
             write()
         except workers.WorkerWriteConflict:
             self.gave_up[op] += 1
         self.latency.setdefault(op, []).append(time.monotonic() - started)
+        self.puts[op] += self.api.puts - puts
+        self.conflicts[op] += self.api.conflicts - conflicts
+
+    def result(self, who: str, count: int) -> tuple[Any, ...]:
+        return (who, self.latency, self.gave_up, self.puts, self.conflicts, count)
 
 
 def _client(kubeconfig: str) -> CountingClient:
@@ -172,9 +183,11 @@ def _client(kubeconfig: str) -> CountingClient:
 
 
 def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: float,
-           partition_s: float, gap_s: float, go: Any, done: Any, live: Any, out: Any) -> None:
+           partition_s: float, gap_s: float, go: Any, done: Any, ended: Any, out: Any) -> None:
     """One lane's provers on GPU ``gpu_index``, one partition pod after another."""
-    api, timings, gpu = _client(kubeconfig), Timings(), Gpu(f"GPU-busy-{gpu_index}")
+    api = _client(kubeconfig)
+    timings, gpu = Timings(api), Gpu(f"GPU-busy-{gpu_index}")
+    rng = random.Random(index)
     go.wait()
     end, partitions = time.monotonic() + seconds, 0
     while time.monotonic() < end:
@@ -182,25 +195,49 @@ def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: floa
         pod_uid = str(uuid.uuid4())
         a = Assignment("bench", f"job-{index}", f"uid-job-{index}", "snap-update", partitions,
                        1, f"pod-{index}-{partitions}", pod_uid)
-        live[pod_uid] = "Running"
+        work = partition_s * rng.uniform(0.5, 1.5)
         timings.call("join", lambda a=a: workers.join(api, node, gpu, a))
         timings.call("stage", lambda a=a: workers.stage(api, node, a, "synthesizing"))
-        time.sleep(0.4 * partition_s)  # synthesis
+        time.sleep(0.4 * work)  # synthesis
         timings.call("stage", lambda a=a: workers.stage(api, node, a, "synth_done"))
         timings.call("acquire", lambda a=a: workers.acquire(api, node, a))
-        time.sleep(0.6 * partition_s)  # the GPU phase
+        time.sleep(0.6 * work)  # the GPU phase
         timings.call("release_gpu", lambda a=a: workers.release_gpu(api, node, a))
         timings.call("leave", lambda a=a: workers.leave(api, node, a, "succeeded"))
-        live[pod_uid] = "Succeeded"
+        ended[pod_uid] = "succeeded"
         done.put((a.pod_name, pod_uid))
         time.sleep(gap_s)  # the next pod's start on this GPU
-    out.put(("prover", timings.latency, timings.gave_up, api.puts, api.conflicts, partitions))
+    out.put(timings.result("prover", partitions))
 
 
-def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, live: Any,
+class Pods(Mapping[str, Any]):
+    """The sweep's view of the node's pods: every pod exists (none is deleted here); those in
+    ``ended`` have ended with that outcome, the others run. A snapshot of the pods taken
+    before the sweep reads the WorkerStatus would miss a pod that started and joined in
+    between, and the sweep would remove its lane as lost."""
+
+    def __init__(self, ended: Mapping[str, Any]) -> None:
+        self.ended = dict(ended)
+
+    def __contains__(self, uid: object) -> bool:
+        return True
+
+    def __getitem__(self, uid: str) -> Any:
+        return self.ended.get(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ended)
+
+    def __len__(self) -> int:
+        return len(self.ended)
+
+
+def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, ended: Any,
              stop: Any, out: Any) -> None:
     """The operator's writes to the node: a finalizer release per finished pod, the sweep."""
-    api, timings = _client(kubeconfig), Timings()
+    api = _client(kubeconfig)
+    timings = Timings(api)
+    swept: list[workers.Released] = []
     go.wait()
     next_sweep = time.monotonic() + sweep_s
     while not (stop.is_set() and done.empty()):
@@ -213,10 +250,10 @@ def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, liv
             timings.call("finalizer", lambda ref=ref: workers.release(api, node, ref, "succeeded"))
         if time.monotonic() >= next_sweep:
             next_sweep += sweep_s
-            pods = dict(live)
-            timings.call("sweep", lambda pods=pods: workers.sweep(api, node, pods,
-                                                                  datetime.now(UTC)))
-    out.put(("operator", timings.latency, timings.gave_up, api.puts, api.conflicts, 0))
+            pods = Pods(ended)
+            timings.call("sweep", lambda pods=pods: swept.extend(
+                workers.sweep(api, node, pods, datetime.now(UTC))))
+    out.put(timings.result("operator", -len(swept)))
 
 
 def _ms(values: list[float], q: float) -> str:
@@ -238,12 +275,12 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
     go, stop, out, done = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Queue()
     writers = args.provers * lanes
     with spawn.Manager() as manager:
-        live = manager.dict()
+        ended = manager.dict()
         processes = [spawn.Process(target=prover, args=(
             kubeconfig, node, i, i % args.provers, args.busy_node, args.partition, args.gap, go,
-            done, live, out)) for i in range(writers)]
+            done, ended, out)) for i in range(writers)]
         processes.append(spawn.Process(target=operator, args=(
-            kubeconfig, node, args.sweep, go, done, live, stop, out)))
+            kubeconfig, node, args.sweep, go, done, ended, stop, out)))
         for process in processes:
             process.start()
         started = time.monotonic()
@@ -256,28 +293,40 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
             process.join()
     latency: dict[str, list[float]] = {}
     gave_up: Counter[str] = Counter()
-    puts = conflicts = partitions = 0
-    for _, lat, gave, p, c, n in results:
+    puts_by_op: Counter[str] = Counter()
+    conflicts_by_op: Counter[str] = Counter()
+    partitions = swept = 0
+    for who, lat, gave, p, c, n in results:
         for op, values in lat.items():
             latency.setdefault(op, []).extend(values)
         gave_up.update(gave)
-        puts, conflicts, partitions = puts + p, conflicts + c, partitions + n
+        puts_by_op.update(p)
+        conflicts_by_op.update(c)
+        if who == "prover":
+            partitions += n
+        else:
+            swept = -n  # lanes the sweep removed: none of these pods was gone
     final = objects.get_cluster_custom_object(*WHERE, node)["status"]
     left = sum(len(w.get("lanes") or []) for w in final["workers"])
     completed = sum(w.get("completed", 0) for w in final["workers"])
-    lost = left + partitions - completed
+    stale = final.get("staleWritesRejected", 0)
+    puts, conflicts = sum(puts_by_op.values()), sum(conflicts_by_op.values())
+    lost = left + abs(partitions - completed) + swept + stale
     print(f"\n{lanes} lane(s) per GPU: {args.provers} GPUs, {writers} writers, "
           f"{args.partition:g} s partitions (gap {args.gap:g} s), finalizer release per pod, "
           f"sweep every {args.sweep:g} s; {seconds:.0f} s, {partitions} partitions")
-    print(f"{'operation':<12} {'n':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'gave up':>8}")
+    print(f"{'operation':<12} {'n':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
+          f"{'PUTs':>6} {'409s':>6} {'gave up':>8}")
     for op in ("join", "stage", "acquire", "release_gpu", "leave", "finalizer", "sweep"):
         values = latency.get(op, [])
         print(f"{op:<12} {len(values):>6} {_ms(values, 0.5):>7} {_ms(values, 0.99):>7} "
-              f"{_ms(values, 1.0):>7} {gave_up[op]:>8}")
+              f"{_ms(values, 1.0):>7} {puts_by_op[op]:>6} {conflicts_by_op[op]:>6} "
+              f"{gave_up[op]:>8}")
     print(f"PUTs {puts} ({puts / partitions:.2f} per partition), answered 409: {conflicts} "
           f"({conflicts / partitions:.2f} per partition, {conflicts / puts:.1%} of PUTs); "
-          f"gave up: {sum(gave_up.values())}; lanes left {left}, completed {completed} of "
-          f"{partitions}: {'nothing lost' if lost == 0 else f'{lost} LOST'}")
+          f"gave up: {sum(gave_up.values())}; lanes left {left}, swept {swept}, stale writes "
+          f"{stale}, completed {completed} of {partitions}: "
+          f"{'nothing lost' if lost == 0 else f'{lost} LOST'}")
     return {"lanes": lanes, "seconds": seconds, "puts": puts, "conflicts": conflicts,
             "partitions": partitions, "gave_up": sum(gave_up.values()), "lost": lost,
             "writers": writers}
@@ -316,7 +365,8 @@ def main() -> int:
     parser.add_argument("--writers", default="1,2,4,8", help="concurrent writers per round")
     parser.add_argument("--busy-node", type=float, default=None, metavar="SECONDS",
                         help="run the busy-node mode for SECONDS instead of the rounds")
-    parser.add_argument("--provers", type=int, default=8, help="busy node: GPUs (default 8)")
+    parser.add_argument("--gpus", "--provers", dest="provers", type=int, default=8,
+                        help="busy node: GPUs (default 8)")
     parser.add_argument("--lanes", type=_lanes, default=[1, 3],
                         help="busy node: lanes per GPU to compare, e.g. 1,3 (default)")
     parser.add_argument("--partition", type=float, default=1.0,
@@ -328,7 +378,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.busy_node is not None and (min(args.busy_node, args.partition, args.sweep) <= 0
                                        or args.provers < 1 or args.gap < 0):
-        parser.error("busy node: --busy-node, --partition, --sweep and --provers must be "
+        parser.error("busy node: --busy-node, --partition, --sweep and --gpus must be "
                      "positive, --gap not negative")
     # The test environment builds and starts the control plane; it lives beside the tests.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

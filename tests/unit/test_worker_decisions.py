@@ -1,6 +1,8 @@
 """The pure decisions of the WorkerStatus protocol (kuzk.workers ``decide_*``) on the lanes
 model (kuzk.workerstatus): what each write makes of a status, when it is stale, and what it
-leaves alone; then random interleavings of every write over two and three lanes."""
+leaves alone; then random interleavings of every write over two and three lanes, checked
+against the independent model (tests/integration/workers/model.py), and the order in which
+waiting lanes get the GPU phase."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from hypothesis import strategies as st
 
 from kuzk import api
 from kuzk.workers import (
+    HEARTBEAT_INTERVAL_S,
     PREVIOUS_PODS,
+    SWEEP_MISSED_HEARTBEATS,
     Acquired,
     Assignment,
     Gpu,
     PodRef,
+    Released,
     WriteDecision,
     decide_acquire,
     decide_heartbeat,
@@ -30,6 +35,7 @@ from kuzk.workers import (
     decide_sweep,
 )
 from kuzk.workerstatus import lane_priority, parse
+from tests.integration.workers.model import NodeModel, explain, observed
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)
 GPU0, GPU1 = Gpu("GPU-0", "NVIDIA H200", 1 << 37), Gpu("GPU-1")
@@ -248,70 +254,297 @@ def test_previous_pods_are_newest_first_and_bounded() -> None:
     assert remembered == [f"uid-p{k}" for k in range(PREVIOUS_PODS + 1, 1, -1)]
 
 
-# --- interleavings ----------------------------------------------------------------------
-LANES = [assignment(f"l{k}", partition=k, kind="winning-post" if k == 2 else "snap-update")
-         for k in range(3)]
-OPS = ("join", "stage", "acquire", "release_gpu", "leave", "finalizer", "sweep", "die")
+# --- more tables ------------------------------------------------------------------------
+def test_the_lowest_free_worker_id_fills_a_gap() -> None:
+    status = {"workers": [{"id": i, "gpu": {"uuid": f"GPU-{i}"}, "state": "idle", "lanes": []}
+                          for i in ("W0", "W2")]}
+    assert decide_join(status, Gpu("GPU-new"), A, NOW).result == "W1"
 
 
-def _check(status: dict[str, Any], before: dict[str, Any]) -> None:
-    if not status:
-        return
-    model = parse(status)
-    assert status["staleWritesRejected"] >= before.get("staleWritesRejected", 0)
-    assert status["proving"] == sum(w.holder is not None for w in model.workers)
-    assert status["lanes"] == sum(len(w.lanes) for w in model.workers)
-    assert status["workerCount"] == len(model.workers)
-    for w, stored in zip(model.workers, status["workers"], strict=True):
-        assert w.holder is None or w.lane(w.holder.pod.uid) is not None, "holder is a lane"
-        assert stored["state"] == str(w.state)
-        assert len({lane.pod.uid for lane in w.lanes}) == len(w.lanes)
-        in_gpu = [lane.pod.uid for lane in w.lanes if lane.stage == "gpu"]
-        assert in_gpu == ([w.holder.pod.uid] if w.holder else []), "gpu stage means holder"
-    assert parse(model.as_status(NOW)).workers == model.workers, "the stored form reads back"
+def test_release_gpu_leaves_the_gpu_without_holder_until_the_next_acquire() -> None:
+    status, _ = run(join(A), join(B), acquire(A, 1), acquire(B, 2))
+    decision = decide_release_gpu(status, A, at(3))
+    status = apply(status, decision)
+    w0 = worker(status)
+    assert (decision.result, decision.stale) == (True, None)
+    assert ("holder" in w0, w0["state"], status["proving"]) == (False, "waiting", 0)
+    assert stages(status) == {"a": "committing", "b": "starting"}
+    assert w0["lanes"][0]["since"] == api.format_time(at(3), millis=True)
+    assert "readyAt" in w0["lanes"][1], "B still waits: it is granted when it asks again"
+    again = decide_release_gpu(status, A, at(4))
+    assert (again.result, again.stale, again.status["staleWritesRejected"]) == (
+        False, "GPU release", 1), "a second GPU release of a lane that does not hold it"
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.booleans()),
-                max_size=40))
-def test_random_interleavings_keep_one_holder_and_lose_no_lane(steps) -> None:
-    """Two GPUs, three lanes (one a winning-post); ops in any order, pods dying at random.
-    A lane disappears only by its own leave, its finalizer, or a sweep that saw its pod gone
-    or ended; after a sweep no holder's pod is gone."""
+def test_acquire_of_a_lane_that_is_gone_answers_gone_and_counts() -> None:
+    status, _ = run(join(B))
+    decision = decide_acquire(status, A, NOW)
+    assert (decision.result, decision.stale) == (Acquired.GONE, "acquire")
+    assert decision.status["staleWritesRejected"] == 1
+
+
+def test_equal_priority_goes_by_ready_time_not_arrival() -> None:
+    status, results = run(join(A), join(B), join(C), acquire(A, 1), acquire(C, 2),
+                          acquire(B, 3), release_gpu(A, 4), acquire(B, 5), acquire(C, 5))
+    assert results[-2:] == [Acquired.WAITING, Acquired.GRANTED], "C was ready before B"
+    assert holder(status) == "uid-c"
+
+
+def test_a_lane_ready_first_is_granted_even_if_it_asks_after_the_gpu_is_free() -> None:
+    """B waits; A releases the GPU phase; C, ready later, asks before B asks again: C waits,
+    B is granted when it asks (its watch sees the GPU free)."""
+    status, results = run(join(A), join(B), join(C), acquire(A, 1), acquire(B, 2),
+                          release_gpu(A, 3), acquire(C, 4), acquire(B, 5))
+    assert results[-2:] == [Acquired.WAITING, Acquired.GRANTED]
+    assert (holder(status), stages(status)) == (
+        "uid-b", {"a": "committing", "b": "gpu", "c": "starting"})
+
+
+def test_completed_counts_successes_only_whoever_releases() -> None:
+    d = assignment("d", partition=6)
+    status, _ = run(join(A), join(B), join(C), join(d), acquire(A))
+    status = apply(status, decide_leave(status, A, "succeeded", at(1)))  # the prover: +1
+    status = apply(status, decide_release(status, B.pod, "failed", at(2)))  # finalizer: 0
+    status = apply(status, decide_release(status, C.pod, "succeeded", at(3)))  # finalizer: +1
+    swept = decide_sweep(status, {"uid-d": "succeeded"}, at(40))  # silent and ended: +1
+    status = apply(status, swept)
+    w0 = worker(status)
+    assert (w0["completed"], w0["lanes"], w0["state"]) == (3, [], "idle")
+    assert "previousPodUIDs" not in w0, "only a holder taken by the sweep is remembered"
+
+
+def test_sweep_keeps_a_lane_of_an_ended_pod_that_is_still_heard_from() -> None:
+    status, _ = run(join(A), acquire(A))
+    status = apply(status, decide_heartbeat(status, A, at(20)))
+    assert decide_sweep(status, {"uid-a": "failed"}, at(49)).status is None
+    swept = decide_sweep(status, {"uid-a": "failed"}, at(51))
+    assert [(r.pod.uid, r.outcome) for r in swept.result] == [("uid-a", "failed")]
+    w0 = worker(apply(status, swept))
+    assert (w0["previousPodUIDs"], w0["completed"], "holder" in w0) == (["uid-a"], 0, False)
+
+
+# --- interleavings against the independent model ---------------------------------------
+# Times on whole milliseconds: stored times are milliseconds, so the model (exact times) and
+# the decisions (stored times) see the same heartbeat ages.
+BASE = datetime(2025, 3, 4, 5, 6, 7, 891_000, tzinfo=UTC)
+SILENCE = timedelta(seconds=SWEEP_MISSED_HEARTBEATS * HEARTBEAT_INTERVAL_S)
+GPUS = [Gpu("GPU-0"), Gpu("GPU-1")]
+# "advance" makes a replica's current pod do the next thing of its life (LIFE, the prover's
+# order, with heartbeats through the GPU phase, which takes a while; an acquire answered
+# "waiting" is asked again); the rest, in any order, make the interleavings: any write of
+# either of a replica's last two pods at any time, the finalizer, the sweep, pods deleted or
+# ending, time passing.
+LIFE = ("join", "synthesizing", "synth_done", "acquire", "heartbeat", "heartbeat", "heartbeat",
+        "release_gpu", "leave", "next")
+OPS = (*["advance"] * 12, "join", "synth_done", "heartbeat", "acquire", "release_gpu",
+       "leave", "finalizer", "finalizer", "sweep", "sweep", "die", "end", "idle", "next")
+# Which transitions (model.explain) each write may make when it writes.
+KINDS = {
+    "join": {"join"},
+    "synthesizing": {"stage", "stale"},
+    "synth_done": {"stage", "stale"},
+    "heartbeat": {"heartbeat", "stale"},
+    "acquire": {"acquire-wait", "acquire-grant", "stale"},
+    "release_gpu": {"release_gpu", "stale"},
+    "leave": {"release", "stale"},
+    "finalizer": {"release", "stale"},
+    "sweep": {"release", "sweep"},
+}
+Step = tuple[str, int, bool, bool]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[list[int], list[Step]]:
+    """Two or three replicas (lanes) of one GPU, the second sometimes on a second GPU; each
+    replica runs pods one after another ("next": the next partition's pod, or a retried
+    attempt of the same partition), the last being a winning-post replica. A step is
+    (operation, replica, flag: outcome succeeded or failed, late: about the replica's
+    previous pod instead of its current one, the seed's late write)."""
+    count = draw(st.sampled_from([2, 3, 3]))
+    gpu_of = [0, draw(st.sampled_from([0, 0, 0, 1])), 0][:count]
+    steps = draw(st.lists(
+        st.tuples(st.sampled_from(OPS), st.integers(0, count - 1), st.booleans(),
+                  st.integers(0, 3).map(lambda n: n == 0)),
+        min_size=30, max_size=80))
+    return gpu_of, steps
+
+
+def _lanes(status: dict[str, Any]) -> dict[str, datetime]:
+    """Each lane's pod UID and its heartbeat."""
+    return {lane.pod.uid: lane.heartbeat for w in parse(status).workers for lane in w.lanes}
+
+
+def _decide(op: str, who: Assignment, gpu: Gpu, flag: bool, status: dict[str, Any],
+            live: dict[str, Any], now: datetime) -> WriteDecision[Any]:
+    outcome = "succeeded" if flag else "failed"
+    if op == "join":
+        return decide_join(status, gpu, who, now)
+    if op in ("synthesizing", "synth_done"):
+        return decide_stage(status, who, op, now)
+    if op == "heartbeat":
+        return decide_heartbeat(status, who, now)
+    if op == "acquire":
+        return decide_acquire(status, who, now)
+    if op == "release_gpu":
+        return decide_release_gpu(status, who, now)
+    if op == "leave":
+        return decide_leave(status, who, outcome, now)
+    if op == "finalizer":
+        return decide_release(status, who.pod, outcome, now)
+    assert op == "sweep"
+    return decide_sweep(status, live, now)
+
+
+def _play(op: str, who: Assignment, gpu: Gpu, flag: bool, node: NodeModel,
+          live: dict[str, Any], now: datetime, names: dict[str, str]) -> Any:
+    """The same write on the model; its answer in the decision's terms."""
+    uid = who.pod_uid
+    if op == "join":
+        return node.join(gpu.uuid, uid, who.proof_kind, now)
+    if op in ("synthesizing", "synth_done"):
+        return node.stage(uid, op, now)
+    if op == "heartbeat":
+        return node.heartbeat(uid, now)
+    if op == "acquire":
+        return Acquired(node.acquire(uid, now))
+    if op == "release_gpu":
+        return node.release_gpu(uid, now)
+    if op == "leave":
+        return node.leave(uid, flag)
+    if op == "finalizer":
+        return node.finalizer(uid, flag)
+    swept = node.sweep_live(live, now - SILENCE)
+    return [Released(w, PodRef(names[u], u), o) for w, u, o in swept]
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios())
+def test_random_interleavings_follow_the_model_and_lose_no_lane(
+    scenario: tuple[list[int], list[Step]],
+) -> None:
+    """Joins, stage reports, heartbeats, acquires, GPU releases, leaves, finalizer releases
+    and sweeps in any order over two or three replicas of a GPU, each running pod after pod,
+    late writes about a replica's previous pod, pods deleted or ended at random and time
+    passing so that lanes fall silent. After every write: each answer and the whole object
+    are what the independent model says (so staleWritesRejected grows exactly by the writes
+    the model finds stale, and never goes down), the counts match, at most one holder per GPU
+    and it is one of its lanes, a lane disappears only by its own leave, its finalizer
+    release, or a sweep that saw its pod gone or ended and silent, no holder's pod is gone
+    after a sweep, the transition is one model.explain names, and the stored form reads back
+    unchanged."""
+    gpu_of, steps = scenario
+    kinds = ["snap-update"] * (len(gpu_of) - 1) + ["winning-post"]
+    pods = [[assignment(f"r{k}p0", partition=k, kind=kinds[k])] for k in range(len(gpu_of))]
+    names = {a.pod_uid: a.pod_name for replica in pods for a in replica}
     status: dict[str, Any] = {}
-    dead: set[str] = set()
-    t = 0.0
-    for op, k, flag in steps:
-        t += 1
-        who, now = LANES[k], at(t)
-        gpu = GPU1 if flag and k == 1 else GPU0
+    node = NodeModel()
+    gone: set[str] = set()
+    ended: dict[str, str] = {}
+    now = BASE
+    phase = [0] * len(pods)
+    for step, k, flag, late in steps:
+        op = LIFE[phase[k]] if step == "advance" else step
+        if step == "advance":
+            flag, late = True, False
+            phase[k] = (phase[k] + 1) % len(LIFE)
+        now += timedelta(seconds=16 if op == "idle" else 1)
+        replica = pods[k]
+        who, gpu = replica[-2] if late and len(replica) > 1 else replica[-1], GPUS[gpu_of[k]]
+        if op == "next":
+            # The next pod on this replica: the next partition, or (flag) a retry of this one.
+            n, last = len(replica), replica[-1]
+            replica.append(assignment(f"r{k}p{n}", partition=last.partition + (not flag),
+                                      attempt=last.attempt + flag, kind=kinds[k]))
+            names[replica[-1].pod_uid] = replica[-1].pod_name
+            continue
+        if op == "die":
+            gone.add(who.pod_uid)
+            continue
+        if op == "end":
+            ended.setdefault(who.pod_uid, "succeeded" if flag else "failed")
+            continue
+        if op == "idle":
+            continue
+        live = {uid: ended.get(uid) for uid in names if uid not in gone}
         before = status
-        lanes_before = {lane.pod.uid for w in parse(status).workers for lane in w.lanes}
-        if op == "join" and who.pod_uid not in dead:
-            status = apply(status, decide_join(status, gpu, who, now))
-        elif op == "stage":
-            status = apply(status, decide_stage(status, who, "synth_done", now))
-        elif op == "acquire":
-            status = apply(status, decide_acquire(status, who, now))
-        elif op == "release_gpu":
-            status = apply(status, decide_release_gpu(status, who, now))
-        elif op == "leave":
-            status = apply(status, decide_leave(status, who, "succeeded", now))
-        elif op == "finalizer":
-            status = apply(status, decide_release(status, who.pod, "failed", now))
-        elif op == "die":
-            dead.add(who.pod_uid)
-        elif op == "sweep":
-            live = {a.pod_uid: None for a in LANES if a.pod_uid not in dead}
-            status = apply(status, decide_sweep(status, live, now))
-            for w in parse(status).workers:
-                assert w.holder is None or w.holder.pod.uid not in dead
-        _check(status, before)
-        lanes_after = {lane.pod.uid for w in parse(status).workers for lane in w.lanes}
-        removed = lanes_before - lanes_after
+        decision = _decide(op, who, gpu, flag, status, live, now)
+        answer = _play(op, who, gpu, flag, node, live, now, names)
+        status = apply(status, decision)
+        if step == "advance" and answer is Acquired.WAITING:
+            phase[k] -= 1  # it waits, and asks again
+        elif step == "advance" and decision.stale is not None:
+            phase[k] = LIFE.index("next")  # its lane is gone: the prover exits
+        where = f"{op} of {who.pod_name}"
+        assert decision.result == answer, where
+        assert observed(status) == node.expected(), where
+        stale_before = before.get("staleWritesRejected", 0)
+        assert status.get("staleWritesRejected", 0) == stale_before + (
+            decision.stale is not None), where
+
+        lanes_before, lanes_after = _lanes(before), _lanes(status)
+        removed = set(lanes_before) - set(lanes_after)
         if op in ("leave", "finalizer"):
-            assert removed <= {who.pod_uid}
+            assert removed <= {who.pod_uid}, where
         elif op == "sweep":
-            assert removed <= dead
+            allowed = {uid for uid, beat in lanes_before.items()
+                       if uid in gone or (uid in ended and beat < now - SILENCE)}
+            assert removed == allowed, where
+            assert not set(lanes_after) & gone, "a lane of a gone pod after the sweep"
         else:
-            assert not removed, f"{op} lost a lane"
+            assert not removed, f"{where} lost a lane"
+
+        if decision.status is not None:
+            transition = explain(before, status)
+            assert transition is not None and transition.kind in KINDS[op], (where, transition)
+            model = parse(status)
+            for w in model.workers:
+                assert w.holder is None or w.lane(w.holder.pod.uid) is not None, where
+            stored = {k: v for k, v in status.items() if k != "updatedAt"}
+            again = model.as_status(now + timedelta(seconds=1))
+            assert {k: v for k, v in again.items() if k != "updatedAt"} == stored, where
+
+
+KINDS_BY_PRIORITY = ("snap-update", "porep-c2", "window-post", "winning-post")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(KINDS_BY_PRIORITY), min_size=2, max_size=5), st.data())
+def test_the_gpu_phase_goes_by_priority_then_ready_time(kinds: list[str], data: Any) -> None:
+    """A holder and waiting lanes of random kinds that got ready in a random order; each time
+    the GPU phase is given up, the waiting lanes ask again in a random order: exactly one is
+    granted, the one with the highest priority that got ready first (as the model says too),
+    and every lane gets it once."""
+    first = assignment("h", partition=99)
+    lanes = [assignment(f"q{k}", partition=k, kind=kind) for k, kind in enumerate(kinds)]
+    status, _ = run(*(join(x) for x in [first, *lanes]), acquire(first))
+    node = NodeModel()
+    for x in [first, *lanes]:
+        node.join(GPU0.uuid, x.pod_uid, x.proof_kind, NOW)
+    node.acquire(first.pod_uid, NOW)
+    t = 0
+    ready = data.draw(st.permutations(lanes), label="ready order")
+    for x in ready:
+        t += 1
+        decision = decide_acquire(status, x, at(t))
+        assert decision.result is Acquired.WAITING
+        assert node.acquire(x.pod_uid, at(t)) == "waiting"
+        status = apply(status, decision)
+    current, waiting = first, list(lanes)
+    while waiting:
+        t += 1
+        status = apply(status, decide_release_gpu(status, current, at(t)))
+        node.release_gpu(current.pod_uid, at(t))
+        granted = []
+        for x in data.draw(st.permutations(waiting), label="asking order"):
+            t += 1
+            decision = decide_acquire(status, x, at(t))
+            assert decision.result is Acquired(node.acquire(x.pod_uid, at(t))), x.pod_name
+            status = apply(status, decision)
+            if decision.result is Acquired.GRANTED:
+                granted.append(x)
+        want = min(waiting, key=lambda x: (-lane_priority(x.proof_kind), ready.index(x)))
+        assert granted == [want], ([x.pod_name for x in granted], want.pod_name)
+        assert holder(status) == want.pod_uid
+        current = want
+        waiting.remove(want)
+    assert observed(status) == node.expected()

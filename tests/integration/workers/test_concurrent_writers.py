@@ -1,27 +1,37 @@
 """Eight lane writers (four threads, four processes) share one node's WorkerStatus over four
 GPUs, two lanes per GPU: each runs partitions as the prover does (join, stages, acquire the
-GPU phase, waiting on a watch, release it, leave), some provers die holding the GPU phase and
-are released by their pod (the finalizer), and late writes about lanes that are gone are sent
-on purpose. No two lanes may hold one GPU's phase at once (by the writers' own clocks), no
-write gives up for good, every refused write is counted, and a watch records every version
-of the object in between: each must hold the invariants."""
+GPU phase, waiting on a watch, release it, leave). Some provers die, holding the GPU phase or
+before asking for it: the operator's finalizer releases some by their pod, the others' pods
+are gone and a sweeper (the operator's sweep, told which pods are gone) removes their lanes.
+Late writes about lanes that are gone are sent on purpose. No two lanes may hold one GPU's
+phase at once (by the writers' own clocks), no write gives up for good, every refused write
+is counted and nothing else is, nothing is lost (no lane left, completed counts what
+succeeded), and a watch records every version of the object in between: each must hold the
+invariants, and each must follow from the one before by one write of the protocol
+(``model.explain``) — a lost update, or a write applied to a version it did not read, would
+show as a step no single write makes — with lanes removed only as their writers say."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import multiprocessing
+import queue
 import threading
+import time
 import uuid
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, watch
 
 from kuzk import api as kapi
+from kuzk.workers import sweep
 from tests.integration.workers.conftest import read_worker_status
+from tests.integration.workers.model import explain
 from tests.integration.workers.writers import process_main, run_writer
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
@@ -47,6 +57,7 @@ class Recorder(threading.Thread):
             *where, field_selector=f"metadata.name={self.name_}"
         )
         rv = listed["metadata"]["resourceVersion"]
+        (self.initial,) = listed["items"]
         self.ready.set()
         while not self.done.is_set():
             for event in watch.Watch().stream(
@@ -76,37 +87,98 @@ def recording(api: client.ApiClient, name: str) -> Iterator[Recorder]:
         recorder.join(timeout=10)
 
 
+class AllBut(Mapping[str, None]):
+    """The sweep's view of the pods: every pod exists and runs, but those that are gone."""
+
+    def __init__(self, gone: set[str]) -> None:
+        self.gone = frozenset(gone)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid not in self.gone
+
+    def __getitem__(self, uid: str) -> None:
+        if uid in self.gone:
+            raise KeyError(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class Sweeper(threading.Thread):
+    """The operator's sweep, run as soon as a writer says that a pod is gone. Records when the
+    sweep that removed each lane began (before its write: no later holder was granted
+    before it)."""
+
+    def __init__(self, api: client.ApiClient, node: str, dead: Any) -> None:
+        super().__init__(name=f"sweep-{node}", daemon=True)
+        self.api, self.node, self.dead = api, node, dead
+        self.gone: set[str] = set()
+        self.removed_at: dict[str, float] = {}
+        self.sweeps = 0
+        self.errors: list[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            with contextlib.suppress(queue.Empty):
+                self.gone.add(self.dead.get(timeout=0.05))
+            if not self.gone - set(self.removed_at):
+                continue
+            started = time.monotonic()
+            try:
+                released = sweep(self.api, self.node, AllBut(self.gone), datetime.now(UTC))
+            except Exception as error:  # the test must fail with it, not hang
+                self.errors.append(f"{type(error).__name__}: {error}")
+                return
+            self.sweeps += 1
+            for r in released:
+                if r.pod.uid not in self.gone or r.outcome != "lost":
+                    self.errors.append(f"swept {r}, not a gone pod")
+                self.removed_at[r.pod.uid] = started
+
+
 def run_writers(
     cluster: Cluster, node: str, gpus: list[str], recorder: Recorder
-) -> list[dict[str, Any]]:
-    """Run the writers to the end (two per GPU, a thread and a process); return their reports
-    once the watch has seen the last version."""
+) -> tuple[list[dict[str, Any]], Sweeper]:
+    """Run the writers to the end (two per GPU, a thread and a process) and the sweeper until
+    it has removed every lane left to it; return their reports once the watch has seen the
+    last version."""
     spawn = multiprocessing.get_context("spawn")
-    queue = spawn.Queue()
+    reports, dead = spawn.Queue(), spawn.Queue()
+    sweeper = Sweeper(cluster.api, node, dead)
 
     def args(writer: int) -> tuple[Any, ...]:
         return (str(cluster.kubeconfig), node, writer, gpus, writer % len(gpus),
-                PARTITIONS_PER_WRITER, 1000 + writer)
+                PARTITIONS_PER_WRITER, 1000 + writer, dead)
 
     processes = [
-        spawn.Process(target=process_main, args=(queue, *args(THREADS + i)), daemon=True)
+        spawn.Process(target=process_main, args=(reports, *args(THREADS + i)), daemon=True)
         for i in range(PROCESSES)
     ]
+    sweeper.start()
     for process in processes:
         process.start()
     try:
         with ThreadPoolExecutor(THREADS) as pool:
             threads = [pool.submit(run_writer, *args(i)) for i in range(THREADS)]
             thread_reports = [future.result(timeout=300) for future in threads]
-        process_reports = [queue.get(timeout=300) for _ in processes]
+        process_reports = [reports.get(timeout=300) for _ in processes]
+        left = {uid for r in thread_reports + process_reports for uid in r.get("swept", [])}
+        wait_for(lambda: left <= set(sweeper.removed_at) or sweeper.errors, 60,
+                 "the sweep to remove every lane of a gone pod")
     finally:
+        sweeper.done.set()
+        sweeper.join(timeout=30)
         for process in processes:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
     final = read_worker_status(cluster.api, node)["metadata"]["resourceVersion"]
     wait_for(lambda: recorder.has_seen(final), 30, "the watch to see the last version")
-    return thread_reports + process_reports
+    return thread_reports + process_reports, sweeper
 
 
 def test_eight_lanes_hold_the_gpu_phase_one_at_a_time_and_lose_nothing(
@@ -115,25 +187,35 @@ def test_eight_lanes_hold_the_gpu_phase_one_at_a_time_and_lose_nothing(
     node = worker_status()
     gpus = [f"GPU-{uuid.uuid4()}" for _ in range(GPUS)]
     with recording(admin, node) as recorder:
-        reports = run_writers(cluster, node, gpus, recorder)
+        reports, sweeper = run_writers(cluster, node, gpus, recorder)
 
     assert [r.get("crash") for r in reports] == [None] * len(reports)
-    assert [e for r in reports for e in r["errors"]] == []
+    assert [e for r in reports for e in r["errors"]] + sweeper.errors == []
     assert sum(r["gave_up"] for r in reports) == 0, "a write gave up after its conflict budget"
     partitions = sum(r["partitions"] for r in reports)
     assert partitions == (THREADS + PROCESSES) * PARTITIONS_PER_WRITER
     stale_sent = sum(r["stale_sent"] for r in reports)
-    assert stale_sent > 0
+    swept = {uid for r in reports for uid in r["swept"]}
+    assert stale_sent > 0 and sum(r["finalized"] for r in reports) > 0 and len(swept) > 0
+    assert set(sweeper.removed_at) == swept, "the sweep removed the lanes of gone pods only"
 
-    holds = sorted((h for r in reports for h in r["holds"]), key=lambda h: (h["gpu"],
-                                                                          h["granted"]))
+    holds = [dict(h) for r in reports for h in r["holds"]]
+    for h in holds:
+        if h["released"] is None:
+            h["released"] = sweeper.removed_at[h["pod_uid"]]
+    holds.sort(key=lambda h: (h["gpu"], h["granted"]))
     overlaps = [(a["pod_uid"], b["pod_uid"]) for a, b in itertools.pairwise(holds)
                 if a["gpu"] == b["gpu"] and b["granted"] < a["released"]]
     assert overlaps == [], "two lanes held one GPU's phase at once"
+    assert any(h["pod_uid"] in swept for h in holds), "a holder was left to the sweep"
     shared = {g: {r["writer"] for r in reports if r["gpu"] == g} for g in range(GPUS)}
     assert all(len(writers) == 2 for writers in shared.values())
 
     check_every_version(recorder.seen, gpus)
+    outcomes = {uid: outcome for r in reports for uid, outcome in r["outcomes"].items()}
+    kinds = check_every_step(recorder.initial, recorder.seen, outcomes)
+    assert kinds["stale"] == stale_sent, "refused writes: as many as were sent late"
+    assert kinds["acquire-wait"] > 0, "lanes waited for the GPU phase"
     status = read_worker_status(admin, node)["status"]
     assert status["staleWritesRejected"] == stale_sent
     assert (status["workerCount"], status["proving"], status["lanes"]) == (GPUS, 0, 0)
@@ -168,3 +250,28 @@ def check_every_version(seen: list[dict[str, Any]], gpus: list[str]) -> None:
             assert in_gpu == ([held] if held else []), f"{w['id']}: {held} holds, {in_gpu} in gpu"
             assert w["completed"] >= completed[w["id"]]
             completed[w["id"]] = w["completed"]
+
+
+def check_every_step(
+    initial: dict[str, Any], seen: list[dict[str, Any]], outcomes: dict[str, str]
+) -> Counter[str]:
+    """Each recorded version follows from the one before by one write of the protocol, and a
+    lane goes only as its writer said: by the sweep only if its pod was gone, adding to the
+    completed count exactly when it succeeded. Returns how many steps of each kind."""
+    kinds: Counter[str] = Counter()
+    before = initial.get("status") or {}
+    for obj in seen:
+        after = obj.get("status") or {}
+        rv = obj["metadata"]["resourceVersion"]
+        step = explain(before, after)
+        assert step is not None, f"version {rv} follows from no single write of the protocol"
+        kinds[step.kind] += 1
+        if step.removed:
+            assert all(uid in outcomes for uid in step.removed), f"{rv}: an unknown lane went"
+            if step.kind == "sweep":
+                assert all(outcomes[uid] == "lost" for uid in step.removed), rv
+            done = sum(w.get("completed", 0) for w in after.get("workers") or [])
+            was = sum(w.get("completed", 0) for w in before.get("workers") or [])
+            assert done - was == sum(outcomes[u] == "succeeded" for u in step.removed), rv
+        before = after
+    return kinds

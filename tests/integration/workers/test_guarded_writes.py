@@ -1,10 +1,12 @@
 """The guarded write's edges against the API server: missing objects never stick a finalizer,
 stale stage and heartbeat writes are refused and counted, continuous conflict gives up with a
-clear error, worker IDs are stable per GPU, the sweep frees what no pod holds, and a node's
+clear error, worker IDs are stable per GPU, lanes of one GPU share its worker, the CRD refuses
+a status that breaks the lanes' rules, the sweep frees what no pod holds, and a node's
 WorkerStatus goes with its Node."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +25,8 @@ from kuzk.workers import (
     Released,
     WorkerStatusMissing,
     WorkerWriteConflict,
+    WriteDecision,
+    acquire,
     claim,
     decide_heartbeat,
     ensure_worker_status,
@@ -108,6 +112,76 @@ def test_worker_ids_are_stable_per_gpu(
         "memoryBytes": 143_771_942_912,
     }
     assert [w["completed"] for w in got.values()] == [2, 2]
+
+
+def test_lanes_of_one_gpu_share_its_worker_and_joining_twice_writes_nothing(
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
+) -> None:
+    node = worker_status()
+    a, b, c = (make_assignment(partition=k) for k in range(3))
+    assert [join(admin, node, GPUS[0], x) for x in (a, b)] + [join(admin, node, GPUS[1], c)] == [
+        "W0", "W0", "W1"]
+    version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
+    assert join(admin, node, GPUS[0], b) == "W0"
+    assert read_worker_status(admin, node)["metadata"]["resourceVersion"] == version
+    status = read_worker_status(admin, node)["status"]
+    got = {w["id"]: w for w in status["workers"]}
+    assert [x["pod"]["uid"] for x in got["W0"]["lanes"]] == [a.pod_uid, b.pod_uid]
+    assert (status["lanes"], status["workerCount"], status["proving"]) == (3, 2, 0)
+    assert [got[w]["state"] for w in ("W0", "W1")] == ["waiting", "waiting"]
+
+
+def _holding_b(status: dict[str, Any]) -> None:
+    status["workers"][0]["holder"]["pod"] = {"name": "b", "uid": "uid-not-a-lane"}
+
+
+def _idle_with_lanes(status: dict[str, Any]) -> None:
+    del status["workers"][0]["holder"]
+    status["workers"][0]["state"] = "idle"
+    status["proving"] = 0
+
+
+def _two_lanes_of_one_pod(status: dict[str, Any]) -> None:
+    lanes = status["workers"][0]["lanes"]
+    lanes.append(copy.deepcopy(lanes[0]) | {"stage": "starting"})
+    status["lanes"] += 1
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"),
+    [
+        (_holding_b, "the holder of the GPU phase must be one of the worker's lanes"),
+        (_idle_with_lanes, "state must be gpu with a holder, waiting with lanes and no holder"),
+        (_two_lanes_of_one_pod, "a pod has at most one lane on a GPU"),
+    ],
+    ids=["holder-not-a-lane", "state", "pod-twice"],
+)
+def test_the_crd_refuses_a_status_that_breaks_the_lanes_rules(
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
+    break_it: Callable[[dict[str, Any]], None],
+    message: str,
+) -> None:
+    node = worker_status()
+    a = make_assignment()
+    claim(admin, node, GPUS[0], a)
+    before = read_worker_status(admin, node)
+
+    def broken(status: Any) -> WriteDecision[None]:
+        changed = copy.deepcopy(dict(status))
+        break_it(changed)
+        return WriteDecision(changed, None)
+
+    with pytest.raises(ApiException) as refused:
+        guarded_write(admin, node, broken)
+    assert refused.value.status == 422
+    assert message in str(refused.value.body)
+    after = read_worker_status(admin, node)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert acquire(admin, node, a, wait_s=0) == "granted", "the lane still holds"
 
 
 class BumpingClient(client.ApiClient):

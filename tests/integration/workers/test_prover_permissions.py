@@ -1,5 +1,6 @@
 """A partition pod, running as a ServiceAccount bound to the ``kuzk-prover`` ClusterRole of
-charts/kuzk/files/prover-rbac.yaml, may write its own node's WorkerStatus and nothing else:
+charts/kuzk/files/prover-rbac.yaml, may write its own node's WorkerStatus (join a lane, hold
+the GPU phase, and wait for it on a watch of the object) and nothing else:
 ProofJobs and Pods answer 403, and with the admission policy of
 charts/kuzk/files/worker-node-policy.yaml another node's WorkerStatus is refused. The token
 the process kubelet requests is bound to the Pod, so it carries the node-name claim the
@@ -161,6 +162,10 @@ def test_prover_writes_only_its_own_nodes_worker_status(
     assert prover["token_node"] == node, "the pod-bound token names the node"
     assert prover["extra_node"] == [node], "the API server sees the node-name claim"
     assert (prover["worker"], prover["stage"], prover["released"]) == ("W0", "gpu", True)
+    # A lane waits for the GPU phase on a watch of its node's WorkerStatus: allowed.
+    assert prover["neighbour_worker"] == "W0"
+    assert prover["neighbour_waiting"] == "waiting", prover["neighbour_waiting"]
+    assert (prover["neighbour_after"], prover["neighbour_left"]) == ("granted", True)
     assert prover["gpu"] == kubelet.nodes[node].gpu_uuids()[0]
     for what in ("proofjob", "proofjob_status", "pod"):
         assert prover[what]["status"] == 403, (what, prover[what])

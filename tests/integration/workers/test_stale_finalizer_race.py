@@ -5,9 +5,10 @@ Lane A holds W0's GPU phase. A late write about A (a retried release of its GPU 
 operator's finalizer release of its pod) reads the WorkerStatus while A still holds it, then
 is held before its write until A has given the GPU phase up and lane B has acquired it. The
 compare-and-swap makes the late write conflict; read again, the GPU release is about a GPU
-phase A no longer holds, so it is refused and counted, and the finalizer's release finds A's
-lane gone (its prover left) and does nothing. Either way W0 shows B holding its GPU phase. A
-retried attempt of the same job and partition is told apart by its pod UID.
+phase A no longer holds, so it is refused and counted; the finalizer's release finds A's
+lane gone (its prover left) and does nothing, or, while A's lane still commits, removes that
+lane and only it (not stale: the pod is released). Every way W0 shows B holding its GPU
+phase. A retried attempt of the same job and partition is told apart by its pod UID.
 
 Beside it, what is not a race: a partition pod preempted before its prover joined a lane. The
 operator's finalizer release for it finds a pod without a lane; it writes nothing and counts
@@ -76,14 +77,16 @@ def worker(status: dict[str, Any], worker_id: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("retry", [False, True], ids=["next-partition", "retried-attempt"])
-@pytest.mark.parametrize("by_pod_ref", [False, True], ids=["gpu-release", "finalizer"])
+@pytest.mark.parametrize(
+    "late_write", ["gpu-release", "finalizer-after-leave", "finalizer-while-committing"]
+)
 def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
     cluster: Cluster,
     admin: client.ApiClient,
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
     retry: bool,
-    by_pod_ref: bool,
+    late_write: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="kuzk.workers")
@@ -94,6 +97,7 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
         if retry
         else make_assignment("snap-1", partition=4)
     )
+    by_pod_ref = late_write != "gpu-release"
     assert claim(admin, node, GPU, a) == "W0"
     assert join(admin, node, GPU, b) == "W0"
 
@@ -103,21 +107,22 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
         a_has_read.set()
         assert b_holds.wait(30), "B never acquired the GPU phase"
 
-    late = held_client(cluster, hold)
+    writer = held_client(cluster, hold)
     with ThreadPoolExecutor(1) as pool:
         if by_pod_ref:
-            late_write = pool.submit(release, late, node, a.pod, "succeeded")
+            late = pool.submit(release, writer, node, a.pod, "succeeded")
         else:
-            late_write = pool.submit(release_gpu, late, node, a)
+            late = pool.submit(release_gpu, writer, node, a)
         assert a_has_read.wait(30), "the late write never read the object"
         assert release_gpu(admin, node, a) is True
-        if by_pod_ref:
+        if late_write == "finalizer-after-leave":
             assert leave(admin, node, a, "succeeded") is True
         assert acquire(admin, node, b, wait_s=10) is Acquired.GRANTED
         b_holds.set()
-        assert late_write.result(timeout=30) is False
+        # Only the finalizer's release while A's lane is still there removes something.
+        assert late.result(timeout=30) is (late_write == "finalizer-while-committing")
 
-    assert late.puts[0] == 409, "the late write must lose the compare-and-swap"
+    assert writer.puts[0] == 409, "the late write must lose the compare-and-swap"
     status = read_worker_status(admin, node)["status"]
     w0 = worker(status, "W0")
     assert (w0["state"], w0["holder"]["pod"]) == ("gpu", {"name": b.pod_name, "uid": b.pod_uid})
@@ -125,12 +130,25 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
     assert (held["job"]["name"], held["partition"], held["attempt"], held["stage"]) == (
         "snap-1", b.partition, b.attempt, "gpu")
     assert (status["proving"], status["workerCount"]) == (1, 1)
+    assert [x["pod"]["uid"] for x in w0["lanes"]] == (
+        [b.pod_uid] if by_pod_ref else [a.pod_uid, b.pod_uid]), "A's lane goes with its pod"
     refused = [r.getMessage() for r in caplog.records if "refused stale" in r.getMessage()]
     if by_pod_ref:
-        # A's prover left: the finalizer's release has nothing to do, and counts nothing.
+        # A's prover left, and the finalizer's release has nothing to do; or A's lane still
+        # committed, and the release removes it. Either way nothing is stale.
         assert (status["staleWritesRejected"], refused) == (0, [])
         assert w0["completed"] == 1
+        if late_write == "finalizer-after-leave":
+            assert writer.puts == [409], "nothing to do: it does not write again"
+        else:
+            assert writer.puts == [409, 200]
+        # The finalizer once more (the operator retried): nothing to do, nothing counted.
+        assert release(admin, node, a.pod, "succeeded") is False
+        again = read_worker_status(admin, node)["status"]
+        assert (again["staleWritesRejected"], worker(again, "W0")["holder"]["pod"]["uid"]) == (
+            0, b.pod_uid)
     else:
+        assert writer.puts == [409, 200], "the refusal is counted: written again"
         assert status["staleWritesRejected"] == 1
         assert len(refused) == 1
         assert a.pod_uid in refused[0] and b.pod_uid in refused[0], "both lanes are logged"

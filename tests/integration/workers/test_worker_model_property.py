@@ -2,9 +2,10 @@
 the finalizer's release and the sweep, for 2 to 3 lanes over 1 or 2 GPUs, against a fresh
 WorkerStatus per example. After every step the API server holds exactly what the pure
 decision made of the previous object (it accepts every status the protocol writes: the CRD's
-schema and CEL rules agree with the model), each call answers as the decision did, and the
-invariants hold: at most one holder per GPU and it is one of its lanes, and after a sweep no
-holder's pod is gone."""
+schema and CEL rules agree with the model), and what the independent model
+(``tests/integration/workers/model.py``) says; each call answers as the decision and the
+model do, and the invariants hold: at most one holder per GPU and it is one of its lanes,
+and after a sweep no holder's pod is gone."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from tests.integration.workers.conftest import (
     new_assignment,
     read_worker_status,
 )
+from tests.integration.workers.model import NodeModel, observed
 
 OPERATIONS = ("join", "stage", "acquire", "release_gpu", "leave", "finalizer", "sweep", "die")
 
@@ -87,8 +89,9 @@ def test_the_object_follows_the_pure_decisions(
     node = f"prop-{uuid.uuid4().hex[:10]}"
     create_worker_status(admin, node)
     dead: set[str] = set()
+    model = NodeModel()
     try:
-        for op, index in steps:
+        for t, (op, index) in enumerate(steps):
             a, gpu = lanes[index], gpus[gpu_of[index]]
             before = read_worker_status(admin, node).get("status") or {}
             live = {x.pod_uid: None for x in lanes if x.pod_uid not in dead}
@@ -98,31 +101,42 @@ def test_the_object_follows_the_pure_decisions(
             if op == "join":
                 got = join(admin, node, gpu, a)
                 want = decide_join(before, gpu, a, datetime.now(UTC))
+                told = model.join(gpu.uuid, a.pod_uid, a.proof_kind, t)
             elif op == "stage":
                 got = stage(admin, node, a, "synth_done")
                 want = decide_stage(before, a, "synth_done", datetime.now(UTC))
+                told = model.stage(a.pod_uid, "synth_done", t)
             elif op == "acquire":
                 got = acquire(admin, node, a, wait_s=0)
                 want = decide_acquire(before, a, datetime.now(UTC))
+                told = model.acquire(a.pod_uid, t)
             elif op == "release_gpu":
                 got = release_gpu(admin, node, a)
                 want = decide_release_gpu(before, a, datetime.now(UTC))
+                told = model.release_gpu(a.pod_uid, t)
             elif op == "leave":
                 got = release(admin, node, a, "succeeded")
                 want = decide_release(before, a, "succeeded", datetime.now(UTC))
+                told = model.leave(a.pod_uid, True)
             elif op == "finalizer":
                 got = release(admin, node, a.pod, "failed")
                 want = decide_release(before, a.pod, "failed", datetime.now(UTC))
+                told = model.finalizer(a.pod_uid, False)
             elif op == "sweep":
                 moment = datetime.now(UTC)
                 got, want = sweep(admin, node, live, moment), decide_sweep(before, live, moment)
+                told = [(r.worker_id, r.pod.uid, r.outcome) for r in want.result]
+                assert model.sweep_live(live, -1) == told
             else:
                 dead.add(a.pod_uid)
                 continue
             after = read_worker_status(admin, node).get("status") or {}
             assert got == want.result, f"{op} of lane {index} answered {got!r}"
+            if op != "sweep":
+                assert got == told, f"{op} of lane {index}: the model says {told!r}"
             expected = before if want.status is None else want.status
             assert _lanes(after) == _lanes(expected), f"after {op} of lane {index}"
+            assert observed(after) == model.expected(), f"after {op} of lane {index}"
             for w in parse(after).workers:
                 assert w.holder is None or w.lane(w.holder.pod.uid) is not None
                 if op == "sweep":

@@ -3,14 +3,17 @@
 A writer is a lane on one GPU: it runs fresh partitions one after another as the built-in
 prover does (join, synthesizing, synth_done, acquire the GPU phase, waiting on a watch while
 another lane holds it, release it, leave), with a heartbeat now and then. Every GPU carries
-several writers at once, so acquires wait and writes conflict. Now and then a prover dies
-after its acquire: the writer, as the operator's finalizer, then releases the dead pod by its
-pod reference (the lane and the GPU phase go). Late writes about partitions the writer ran
-before (a GPU release or a leave of a lane that is gone) are sent on purpose: each must be
-refused and counted. A write that gives up after the conflict budget is tried again, and
-counted, as callers are told to. Each hold of the GPU phase is reported with the monotonic
-times it was granted and given up, so the test can check that no two lanes held one GPU's
-phase at once.
+several writers at once, so acquires wait and writes conflict. Now and then a prover dies,
+holding the GPU phase or before it asked for it: either the writer, as the operator's
+finalizer, then releases the dead pod by its pod reference (the lane, and the GPU phase with
+it, go), or it hands the pod's UID to the test's sweeper (``dead``, a queue) as a pod that is
+gone, and goes on with its next partition, whose acquire waits until the sweep has freed the
+GPU phase. Late writes about partitions the writer ran before (a GPU release or a leave of a
+lane that is gone) are sent on purpose: each must be refused and counted. A write that gives
+up after the conflict budget is tried again, and counted, as callers are told to. Each hold
+of the GPU phase is reported with the monotonic times it was granted and given up (for a pod
+left to the sweep: when the sweep that removed it began, which the test fills in), so the test
+can check that no two lanes held one GPU's phase at once.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from kuzk.workers import (
     stage,
 )
 
-DIED_SHARE = 0.1  # of the partitions whose prover dies holding the GPU phase
+DIED_SHARE = 0.1  # of the partitions whose prover dies, released by the finalizer
+SWEPT_SHARE = 0.1  # of the partitions whose prover dies and whose pod is gone: the sweep's
 STALE_SHARE = 0.3  # of the partitions after which a late write about an earlier one goes out
 T = TypeVar("T")
 
@@ -50,7 +54,7 @@ class Hold:
     gpu: int
     pod_uid: str
     granted: float
-    released: float
+    released: float | None  # None: the sweep released it
 
 
 @dataclass
@@ -59,6 +63,9 @@ class Report:
     gpu: int
     partitions: int = 0
     succeeded: int = 0
+    finalized: int = 0
+    swept: list[str] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)  # pod UID: how its lane ended
     stale_sent: int = 0
     gave_up: int = 0
     writes: int = 0
@@ -68,9 +75,10 @@ class Report:
 
 def run_writer(
     kubeconfig: str, node: str, writer: int, gpus: list[str], gpu: int, partitions: int,
-    seed: int,
+    seed: int, dead: Any,
 ) -> dict[str, Any]:
-    """Run ``partitions`` partitions as a lane on ``gpus[gpu]``; return the Report as a dict."""
+    """Run ``partitions`` partitions as a lane on ``gpus[gpu]``, putting the UIDs of pods left
+    to the sweep on ``dead``; return the Report as a dict."""
     api = config.new_client_from_config(config_file=kubeconfig)
     rng = random.Random(seed)
     report = Report(writer, gpu)
@@ -97,19 +105,37 @@ def run_writer(
         expect("synthesizing", call(stage, a, "synthesizing"), True)
         if rng.random() < 0.3:
             expect("heartbeat", call(heartbeat, a), True)
-        expect("synth_done", call(stage, a, "synth_done"), True)
-        expect("acquire", call(acquire, a, wait_s=60), Acquired.GRANTED)
-        granted = time.monotonic()
-        time.sleep(rng.uniform(0, 0.02))  # the GPU work
-        if rng.random() < DIED_SHARE:
-            # The prover dies holding the GPU phase; the operator's finalizer releases it.
-            report.holds.append(Hold(gpu, a.pod_uid, granted, time.monotonic()))
+        fate = rng.random()
+        dies = fate < DIED_SHARE + SWEPT_SHARE
+        holding = not dies or rng.random() < 0.7
+        if holding:
+            expect("synth_done", call(stage, a, "synth_done"), True)
+            expect("acquire", call(acquire, a, wait_s=60), Acquired.GRANTED)
+            granted = time.monotonic()
+            time.sleep(rng.uniform(0, 0.02))  # the GPU work
+        if fate < DIED_SHARE:
+            # The prover dies; the operator's finalizer releases its pod.
+            if holding:
+                report.holds.append(Hold(gpu, a.pod_uid, granted, time.monotonic()))
             expect("finalizer", call(release, a.pod, "failed"), True)
+            report.finalized += 1
+            report.outcomes[a.pod_uid] = "failed"
+        elif dies:
+            # The prover dies and its pod is gone: the sweep removes the lane (and the GPU
+            # phase with it). Late writes about it would race the sweep: none are sent.
+            if holding:
+                report.holds.append(Hold(gpu, a.pod_uid, granted, None))
+            report.swept.append(a.pod_uid)
+            report.outcomes[a.pod_uid] = "lost"
+            dead.put(a.pod_uid)
+            report.partitions += 1
+            continue
         else:
             report.holds.append(Hold(gpu, a.pod_uid, granted, time.monotonic()))
             expect("release_gpu", call(release_gpu, a), True)
             expect("leave", call(leave, a, "succeeded"), True)
             report.succeeded += 1
+            report.outcomes[a.pod_uid] = "succeeded"
             if rng.random() < 0.2:
                 # The finalizer after the prover's own leave: done already, not stale.
                 expect("finalizer after leave", call(release, a.pod, "succeeded"), False)

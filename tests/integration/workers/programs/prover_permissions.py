@@ -1,18 +1,23 @@
 """A partition pod's process for the permissions test: what its ServiceAccount may do.
 
 argv: MODE OTHER_NODE. MODE "prover" reports the node-name claim (in the token and as the API
-server sees it), claims, stages and releases its own node's worker through ProverReporter,
-tries to patch a ProofJob (``$KUZK_JOB``) and its own Pod, then writes OTHER_NODE's
-WorkerStatus until the API server refuses (the admission policy may take a moment to load).
+server sees it), joins its GPU's lanes, stages, holds the GPU phase and leaves through
+ProverReporter; while it holds the GPU phase a second lane on the same GPU (a neighbour pod's,
+written with the same credentials) asks for it and waits on a watch of the WorkerStatus,
+then is granted it once the reporter gave it up. It then tries to patch a ProofJob
+(``$KUZK_JOB``) and its own Pod, then writes OTHER_NODE's WorkerStatus until the API server
+refuses (the admission policy may take a moment to load).
 MODE "lister" only writes OTHER_NODE's WorkerStatus once. The report is JSON in the
 termination message.
 """
 
 import base64
+import dataclasses
 import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kuzk import api as kapi
-from kuzk.workers import Gpu, claim
+from kuzk.workers import Gpu, acquire, claim, join, leave
 from kuzk_prover.reporter import ProverReporter
 
 mode, other = sys.argv[1], sys.argv[2]
@@ -61,10 +66,21 @@ if mode == "prover":
 
     report["worker"] = reporter.join()
     reporter.on_stage("synthesizing")
+    node = env["NODE_NAME"]
+    neighbour = dataclasses.replace(
+        reporter.assignment, partition=1, pod_name="neighbour", pod_uid=str(uuid.uuid4())
+    )
+    report["neighbour_worker"] = join(api, node, reporter.gpu(), neighbour)
     with reporter.gpu_phase():
         own = client.CustomObjectsApi(api).get_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, env["NODE_NAME"]
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, node
         )
+        try:  # waits on a watch: the prover's role must grant it
+            report["neighbour_waiting"] = str(acquire(api, node, neighbour, wait_s=1.5))
+        except ApiException as error:
+            report["neighbour_waiting"] = refusal(error)
+    report["neighbour_after"] = str(acquire(api, node, neighbour, wait_s=30))
+    report["neighbour_left"] = leave(api, node, neighbour, "succeeded")
     held = next(w for w in own["status"]["workers"] if w["id"] == report["worker"])
     report["stage"] = held["lanes"][0]["stage"]
     report["gpu"] = held["gpu"]["uuid"]
