@@ -30,6 +30,14 @@ class CreatePod:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """What the API server answered a ``CreatePod`` it refused: the HTTP code and message."""
+
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
 class DeletePod:
     """Delete a pod; ``uid`` is the delete precondition, so a recreated namesake survives."""
 

@@ -23,8 +23,17 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, workers, workerstatus
-from kuzk.actions import CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
+from kuzk.actions import (
+    CreatePod,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    Event,
+    Refusal,
+    ReleaseWorker,
+)
 from kuzk.observe import is_deleting, release_action, worker_outcome
+from kuzk.partitions import POD_REFUSED, refusal_backoff
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
 
@@ -62,6 +71,8 @@ class Synced:
 
     requeue_after: float | None
     job: Body | None = None
+    # the resourceVersions this sync's status writes replaced (two when a refusal was written)
+    replaced: tuple[str, ...] = ()
     created: list[Body] = field(default_factory=list)
     released: list[tuple[str, Body]] = field(default_factory=list)
 
@@ -96,15 +107,55 @@ class Controller:
         moment = now or datetime.now(UTC)
         pods = [*pods, *self._unseen_pods(job, pods)]
         written: Body | None = None
-        early: dict[str, Future[Body | None]] = {}
-        for _ in range(CONFLICT_TRIES):
+        refused: dict[int, Refusal] = {}
+        replaced: list[str] = []
+        created: list[Body] = []
+        released: list[tuple[str, Body]] = []
+        # A second pass only when the API server refused a pod: it records the refusal in the
+        # status (and with it the backoff before the pod is asked for again).
+        for _ in range(2):
             try:
-                decision = reconcile(job, pods, worker_statuses, moment, settings=self.settings)
+                decision, decided_on, wrote, early = self._decide(
+                    job, pods, worker_statuses, moment, refused)
             except ValueError as e:
                 # The API server's schema rejects bad specs; this only happens for objects
                 # stored before a schema change. Say so on the object instead of looping.
                 self.post_event(job, Event("Warning", "InvalidSpec", str(e)))
                 return Synced(None)
+            if wrote is not None:
+                replaced.append(decided_on["metadata"]["resourceVersion"])
+                written = job = wrote
+            _log_refusals(job, refused, decision.status)
+            by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
+            made, freed, refused = self._apply(job, decision, by_name, early)
+            created += made
+            released += freed
+            pods = [*pods, *made]
+            if not refused:
+                break
+        if decision.ttl_expired:
+            requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
+        elif decision.status.get("phase") in api.FINISHED_PHASES:
+            requeue = decision.requeue_after
+        else:
+            requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
+        return Synced(requeue, written, tuple(replaced), created, released)
+
+    def _decide(
+        self,
+        job: Body,
+        pods: list[Body],
+        worker_statuses: list[Body],
+        moment: datetime,
+        refused: Mapping[int, Refusal],
+    ) -> tuple[Decision, Body, Body | None, dict[str, Future[Body | Refusal | None]]]:
+        """Reconcile and write the status (reading the job again on a 409). Returns the
+        decision, the job it was made on, the job as the write returned it (None when nothing
+        was written) and the pod creates already sent."""
+        early: dict[str, Future[Body | Refusal | None]] = {}
+        for _ in range(CONFLICT_TRIES):
+            decision = reconcile(job, pods, worker_statuses, moment, settings=self.settings,
+                                 refused=refused)
             if not job.get("status") and not early:
                 # A job never synced: its first pods need no status to be safe (their names
                 # are deterministic and a lost status is rebuilt from them), so they are sent
@@ -113,22 +164,11 @@ class Controller:
                 early = {a.name: self._pool.submit(self._create, ns, a)
                          for a in decision.of_type(CreatePod)}
             try:
-                written = self._write_status(job, decision.status)
-                break
+                return decision, job, self._write_status(job, decision.status), early
             except Conflict:
                 job = self._read_job(job)
-        else:
-            msg = f"{_name(job)} kept changing under the operator"
-            raise Conflict(msg)
-        by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-        created, released = self._apply(written or job, decision, by_name, early)
-        if decision.ttl_expired:
-            requeue: float | None = RESYNC_SECONDS  # until the watch shows the job deleted
-        elif decision.status.get("phase") in api.FINISHED_PHASES:
-            requeue = decision.requeue_after
-        else:
-            requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
-        return Synced(requeue, written, created, released)
+        msg = f"{_name(job)} kept changing under the operator"
+        raise Conflict(msg)
 
     def _unseen_pods(self, job: Body, pods: list[Body]) -> list[Body]:
         """The pods the job's status shows running that the cache does not hold, read from
@@ -179,19 +219,27 @@ class Controller:
         job: Body,
         decision: Decision,
         pods: Mapping[str | None, Body],
-        early: Mapping[str, Future[Body | None]],
-    ) -> tuple[list[Body], list[tuple[str, Body]]]:
+        early: Mapping[str, Future[Body | Refusal | None]],
+    ) -> tuple[list[Body], list[tuple[str, Body]], dict[int, Refusal]]:
+        """Apply the actions; returns the pods created, the pods released (keyed by the
+        resourceVersion they replaced) and the refused creates by partition."""
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
-        creates = [*early.values()] + [
-            self._pool.submit(self._create, ns, a)
-            for a in decision.of_type(CreatePod) if a.name not in early
-        ]
+        wanted = decision.of_type(CreatePod)
+        creates = {a.partition: early.get(a.name) or self._pool.submit(self._create, ns, a)
+                   for a in wanted}
         deletes = [self._pool.submit(self._delete, ns, a) for a in decision.of_type(DeletePod)]
-        created = [body for f in creates if (body := f.result()) is not None]
-        for future in deletes:
-            future.result()
+        created: list[Body] = []
+        refused: dict[int, Refusal] = {}
+        for partition, future in creates.items():
+            answer = future.result()
+            if isinstance(answer, Refusal):
+                refused[partition] = answer
+            elif answer is not None:
+                created.append(answer)
+        for deleted in deletes:
+            deleted.result()
         released: list[tuple[str, Body]] = []
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
@@ -203,16 +251,21 @@ class Controller:
                 self.post_event(job, action)
             elif isinstance(action, DeleteJob):
                 self._delete_job(job, action)
-        return created, released
+        return created, released, refused
 
-    def _create(self, ns: str, action: CreatePod) -> Body | None:
+    def _create(self, ns: str, action: CreatePod) -> Body | Refusal | None:
+        """Create the pod: the pod, None when it exists already (an earlier sync or replica
+        created it), or the Refusal when the API server refuses it (400 and 422 invalid,
+        403 forbidden: Pod Security admission, a ResourceQuota, RBAC)."""
         try:
             return self._body(self.core.create_namespaced_pod(
                 ns, action.manifest, _preload_content=False))  # type: ignore[arg-type]
         except ApiException as e:
-            if e.status != 409:  # AlreadyExists: an earlier sync (or replica) created it
-                raise
-            return None
+            if e.status == 409:
+                return None
+            if e.status in (400, 403, 422):
+                return Refusal(e.status, api_message(e))
+            raise
 
     def _delete(self, ns: str, action: DeletePod) -> None:
         opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid))
@@ -392,6 +445,27 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [without_nulls(v) for v in value]
     return value
+
+
+def api_message(error: ApiException) -> str:
+    """The message of the API server's Status in an error answer (its reason otherwise)."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)
+
+
+def _log_refusals(job: Body, refused: Mapping[int, Refusal], status: Mapping[str, Any]) -> None:
+    """One log line per refused pod, saying what happens next."""
+    entries = {entry.get("index"): entry for entry in status.get("partitions") or []}
+    for index in sorted(refused):
+        entry = entries.get(index) or {}
+        if entry.get("reason") == POD_REFUSED:
+            then = f"asking again in {refusal_backoff(entry.get('refusals') or 1):.0f}s"
+        else:
+            then = "the partition fails"
+        log.warning("ProofJob %s partition %d attempt %s: %s; %s", _name(job), index,
+                    entry.get("attempt"), entry.get("message") or refused[index].message, then)
 
 
 def _name(job: Mapping[str, Any]) -> str:

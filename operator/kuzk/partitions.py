@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from kuzk.actions import Event
-from kuzk.api import DONE, FAILED, PENDING, STATES, TERMINAL_STATES
+from kuzk.api import DONE, FAILED, PENDING, STATES, TERMINAL_STATES, parse_time
 from kuzk.observe import Claim, Outcome, observe
 
 # Why a partition's attempt ended early (``reason`` in its status entry).
@@ -25,6 +26,11 @@ RETRIED_LOST = "AttemptRecordLost"
 FAILED_INVALID_INPUT = "InvalidInput"
 FAILED_BACKOFF = "BackoffLimitExceeded"
 FAILED_JOB = "JobFailed"
+FAILED_POD_INVALID = "PodInvalid"
+# The API server refused the attempt's pod for now (403: a quota, Pod Security admission):
+# the partition stays pending and its pod is asked for again after a backoff.
+POD_REFUSED = "PodRefused"
+REFUSAL_BACKOFF_S = (5.0, 300.0)  # the first wait, doubling per refusal up to the last
 
 # Attempt-scoped fields: a new attempt starts without them.
 _ATTEMPT_FIELDS = (
@@ -36,12 +42,15 @@ _ATTEMPT_FIELDS = (
     "started_at",
     "finished_at",
     "commitment",
+    "refusals",
+    "refused_at",
 )
 _STATUS_KEYS = {
     "synth_ms": "synthMs",
     "gpu_ms": "gpuMs",
     "started_at": "startedAt",
     "finished_at": "finishedAt",
+    "refused_at": "refusedAt",
 }
 
 
@@ -64,6 +73,8 @@ class Partition:
     commitment: str | None = None
     reason: str | None = None
     message: str | None = None
+    refusals: int | None = None
+    refused_at: str | None = None
 
     @classmethod
     def from_status(cls, index: int, entry: Mapping[str, Any] | None) -> Partition:
@@ -105,6 +116,32 @@ class Partition:
         self.state, self.reason, self.message = FAILED, reason, message
         self.finished_at = self.finished_at or now
 
+    def refused(self, code: int, message: str, now: str) -> Event:
+        """The API server refused this attempt's pod: for good (400, 422: the same manifest
+        is refused again), the partition fails; otherwise it stays pending and the pod is
+        asked for again after ``retry_after``."""
+        text = f"the API server refused its pod ({code}): {message}"
+        if code in (400, 422):
+            self.fail(FAILED_POD_INVALID, text, now)
+            return _event("Warning", "PartitionFailed", self, f"failed, not retried: {text}")
+        self.refusals = (self.refusals or 0) + 1
+        self.refused_at, self.reason, self.message, self.pod = now, POD_REFUSED, text, None
+        wait = refusal_backoff(self.refusals)
+        return _event("Warning", "FailedCreate", self, f"{text}; asking again in {wait:.0f}s")
+
+    def retry_after(self, now: datetime) -> float:
+        """Seconds until a refused pod may be asked for again (0: now, or never refused)."""
+        if self.reason != POD_REFUSED or not self.refused_at or not self.refusals:
+            return 0.0
+        due = parse_time(self.refused_at) + timedelta(seconds=refusal_backoff(self.refusals))
+        return max((due - now).total_seconds(), 0.0)
+
+
+def refusal_backoff(refusals: int) -> float:
+    """The wait after the ``refusals``-th refusal of one attempt's pod."""
+    first, most = REFUSAL_BACKOFF_S
+    return float(min(first * 2 ** (refusals - 1), most))
+
 
 def advance(
     part: Partition,
@@ -124,6 +161,8 @@ def advance(
             part.next_attempt(attempt, counted=False, reason=RETRIED_LOST, message=text)
         pod = pods[attempt]
         part.pod = (pod.get("metadata") or {}).get("name")
+        if part.reason == POD_REFUSED:  # asked again and created: the refusal is over
+            part.reason = part.message = part.refusals = part.refused_at = None
         events += _apply(part, observe(pod, claims), backoff_limit, now)
     return events
 

@@ -127,14 +127,15 @@ def changed_jobs(old: Mapping[str, Assignment], new: Mapping[str, Assignment]) -
 class JobState:
     """What this operator wrote about a job that its cache may not show yet."""
 
-    written: tuple[str, Body] | None = None  # (resourceVersion it replaced, the job after)
+    # (the resourceVersions its writes replaced, the job after the last)
+    written: tuple[tuple[str, ...], Body] | None = None
     created: dict[str, Body] = field(default_factory=dict)  # pod name → the pod as created
     # pod name → (resourceVersion it replaced, the pod after its finalizer was dropped)
     released: dict[str, tuple[str, Body]] = field(default_factory=dict)
 
     def job(self, cached: Body) -> Body:
         rv = (cached.get("metadata") or {}).get("resourceVersion")
-        if self.written is not None and self.written[0] == rv:
+        if self.written is not None and rv in self.written[0]:
             return self.written[1]
         self.written = None  # the watch has caught up (or someone else wrote after us)
         return cached
@@ -266,7 +267,9 @@ class Runtime:
             self.on_job("DELETED", namespace, name, uid)
             raise Gone from None
         if synced.job is not None:
-            state.written = (job["metadata"]["resourceVersion"], synced.job)
+            # the cached version it started from, and every version its writes replaced
+            versions = (job["metadata"]["resourceVersion"], *synced.replaced)
+            state.written = (versions, synced.job)
         for pod in synced.created:
             state.created[pod["metadata"]["name"]] = slim(pod)
         for replaced, pod in synced.released:

@@ -40,6 +40,7 @@ CONTROLLERS = (
     "pod-garbage-collector-controller",
     "clusterrole-aggregation-controller",
     "node-lifecycle-controller",
+    "resourcequota-controller",
 )
 
 

@@ -54,7 +54,7 @@ def test_the_written_job_stands_in_until_the_watch_catches_up() -> None:
     state = JobState()
     old = {"metadata": {"name": "j", "resourceVersion": "5"}}
     new = {"metadata": {"name": "j", "resourceVersion": "6"}, "status": {"phase": "Running"}}
-    state.written = ("5", new)
+    state.written = (("5",), new)
     assert state.job(old) is new
     assert state.job(new) is new
     assert state.written is None
@@ -92,7 +92,7 @@ async def test_the_echo_of_its_own_status_write_syncs_no_job() -> None:
     job = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "5"}}
     runtime = Runtime(controller=None, caches=Caches({("ns", "j"): [job]}, {}, {}))  # type: ignore[arg-type]
     after = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "6"}}
-    runtime.jobs[("ns", "j")] = JobState(written=("5", after))
+    runtime.jobs[("ns", "j")] = JobState(written=(("5",), after))
     runtime.on_job("MODIFIED", "ns", "j", "uid", "6")
     assert not runtime.queue.scheduled(("job", "ns", "j"))
     runtime.on_job("MODIFIED", "ns", "j", "uid", "7")
