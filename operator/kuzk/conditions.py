@@ -1,6 +1,6 @@
 """The metav1.Conditions of a ProofJob phase (the phases themselves are in ``kuzk.api``).
 
-All four condition types are always present (True or False, each with a reason), so
+All six condition types are always present (True or False, each with a reason), so
 ``kubectl wait --for=condition=Complete`` and dashboards never guess at a missing one. A
 condition keeps its ``lastTransitionTime`` while its status stays the same.
 """
@@ -18,7 +18,8 @@ from kuzk.api import (
     PHASE_SUSPENDED,
 )
 
-CONDITION_TYPES = ("Running", "Complete", "Failed", "Suspended")
+CONDITION_TYPES = ("Running", "Complete", "Failed", "Suspended", "PodsRefused", "Rejected")
+REJECTED = "Rejected"
 
 
 def conditions(
@@ -28,8 +29,10 @@ def conditions(
     progress: str,
     generation: int,
     stamp: str,
+    refused: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The job's conditions for a phase; ``failure`` is (reason, message) when Failed."""
+    """The job's conditions for a phase; ``failure`` is (reason, message) when Failed;
+    ``refused`` says which partitions' pods the API server refuses for now, and why."""
     failed_reason, failed_message = failure or ("NoFailure", "no partition has failed")
     running_reason = {
         PHASE_RUNNING: "PartitionsRunning",
@@ -50,6 +53,17 @@ def conditions(
             phase == PHASE_SUSPENDED,
             "JobSuspended" if phase == PHASE_SUSPENDED else "NotSuspended",
             "spec.suspend is true" if phase == PHASE_SUSPENDED else "spec.suspend is false",
+        ),
+        "Rejected": (
+            failed_reason == REJECTED,
+            REJECTED if failed_reason == REJECTED else "Allowed",
+            failed_message if failed_reason == REJECTED
+            else "the operator allows what the job chose",
+        ),
+        "PodsRefused": (
+            refused is not None,
+            "FailedCreate" if refused is not None else "PodsAccepted",
+            refused or "the API server accepted every pod asked for",
         ),
     }
     old = {condition.get("type"): condition for condition in previous}

@@ -73,15 +73,6 @@ def _proofjob_spec() -> dict[str, Any]:
                 minLength=1,
                 maxLength=253,
             ),
-            "kernelCacheHostPath": string(
-                "Absolute path of a node directory where the prover pods of a node share"
-                " CuPy's compiled kernels (mounted at /var/cache/kuzk; it must be writable by"
-                " the prover's user). Defaults to the operator's --prover-kernel-cache-host-path;"
-                " when neither is set, each pod compiles into an emptyDir of its own. A"
-                " hostPath volume is not admitted by the restricted Pod Security level.",
-                pattern="^/",
-                maxLength=4096,
-            ),
         },
     )
     spec = obj(
@@ -192,10 +183,22 @@ def _proofjob_status() -> dict[str, Any]:
             "commitment": string("The partition's commitment (hex), when done."),
             "reason": string(
                 "Why the last attempt ended early: Failed, Disrupted, Suspended or"
-                " AttemptRecordLost (retried), InvalidInput, BackoffLimitExceeded or"
-                " JobFailed (failed)."
+                " AttemptRecordLost (retried), InvalidInput, BackoffLimitExceeded, PodInvalid"
+                " (the API server refused the pod as invalid) or JobFailed (failed); or"
+                " PodRefused while the API server refuses the current attempt's pod for now"
+                " (403: a ResourceQuota, Pod Security admission) and it is asked for again"
+                " after a backoff."
             ),
-            "message": string("What the last early-ended attempt said, e.g. the prover's error."),
+            "message": string(
+                "What the last early-ended attempt said, e.g. the prover's error, or what the"
+                " API server answered when it refused the pod."
+            ),
+            "refusals": integer(
+                "Times the API server refused the current attempt's pod (the backoff before"
+                " asking again doubles from 5 s to 300 s).",
+                minimum=1,
+            ),
+            "refusedAt": timestamp("When the API server last refused the current attempt's pod."),
         },
         required=["index", "state", "attempt"],
     )
@@ -240,7 +243,10 @@ def _proofjob_status() -> dict[str, Any]:
                     "partitions": integer("Number of partition commitments it covers."),
                 },
             ),
-            "conditions": condition_list("Running, Complete, Failed and Suspended."),
+            "conditions": condition_list(
+                "Running, Complete, Failed, Suspended, PodsRefused and Rejected (the job chose"
+                " a prover image or PriorityClass the operator does not allow)."
+            ),
         },
     )
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kuzk import api, ranges
-from kuzk.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event
+from kuzk.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event, Refusal
 from kuzk.api import (
     DONE,
     FAILED,
@@ -26,7 +26,7 @@ from kuzk.api import (
     PHASE_SUSPENDED,
     STARTED_STATES,
 )
-from kuzk.conditions import conditions
+from kuzk.conditions import REJECTED, conditions
 from kuzk.observe import (
     controlled_by,
     is_deleting,
@@ -35,7 +35,14 @@ from kuzk.observe import (
     release_action,
     worker_claims,
 )
-from kuzk.partitions import FAILED_JOB, RETRIED_DISRUPTION, RETRIED_SUSPEND, Partition, advance
+from kuzk.partitions import (
+    FAILED_JOB,
+    POD_REFUSED,
+    RETRIED_DISRUPTION,
+    RETRIED_SUSPEND,
+    Partition,
+    advance,
+)
 from kuzk.pods import PodSettings, pod_manifest
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"
@@ -50,12 +57,15 @@ def reconcile(
     now: datetime,
     *,
     settings: PodSettings,
+    refused: Mapping[int, Refusal] | None = None,
 ) -> Decision:
     """Decide the actions and the new status of one ProofJob.
 
     ``pods`` are the pods found through the job's label selector (pods controlled by another
     object, such as a deleted namesake job, are ignored); ``workers`` are the WorkerStatus
-    objects; ``settings`` shape the pods to create.
+    objects; ``settings`` shape the pods to create. ``refused`` holds, by partition, what the
+    API server answered when the applier asked for the current attempt's pod and was refused
+    (the applier then decides again with it, so the refusal is recorded in the status).
     """
     spec = api.resolve(job)
     prev: Mapping[str, Any] = job.get("status") or {}
@@ -67,17 +77,25 @@ def reconcile(
     events: list[Event] = []
     if not finished:
         events += _advance_all(parts, by_part, workers, spec, stamp)
-    phase, failure, start_time = _judge(prev, parts, spec, now, stamp)
+        for index, refusal in sorted((refused or {}).items()):
+            part = parts[index]
+            # A refusal while the last one's backoff runs answers a create made from a stale
+            # view of the job (another replica's, a lagging cache's): it is not counted again.
+            if (not part.terminal and part.attempt not in by_part.get(index, {})
+                    and not part.retry_after(now)):
+                events.append(part.refused(refusal.code, refusal.message, stamp))
+    rejected = None if finished else settings.rejections(job)
+    phase, failure, start_time = _judge(prev, parts, spec, now, stamp, rejected)
     _stop_partitions(parts, by_part, phase, failure, stamp)
     deleting = bool((job.get("metadata") or {}).get("deletionTimestamp"))
     wanted = phase in (PHASE_PENDING, PHASE_RUNNING) and not deleting
-    creates = _creates(parts, by_part, spec, settings) if wanted else []
+    creates, refusal_waits = _creates(parts, by_part, spec, settings, now) if wanted else ([], [])
     active = sum(1 for part in parts if wanted and not part.terminal)
     status = _status(spec, prev, parts, phase, failure, start_time, active, stamp)
     events += _job_events(prev_phase, phase, failure, status)
     actions: list[Action] = [*creates, *_pod_cleanup(by_part, strays, parts, wanted, phase, now)]
     actions += events
-    requeue, ttl_expired = _timers(spec, status, [*strays, *_all(by_part)], now)
+    requeue, ttl_expired = _timers(spec, status, [*strays, *_all(by_part)], now, refusal_waits)
     if ttl_expired:
         actions.append(DeleteJob(f"ttlSecondsAfterFinished={spec.ttl_seconds_after_finished}"))
     return Decision(status=status, actions=actions, requeue_after=requeue)
@@ -167,15 +185,21 @@ def _creates(
     by_part: Mapping[int, Mapping[int, Pod]],
     spec: api.JobSpec,
     settings: PodSettings,
-) -> list[Action]:
-    """A pod for every unfinished partition whose current attempt has none."""
+    now: datetime,
+) -> tuple[list[Action], list[float]]:
+    """A pod for every unfinished partition whose current attempt has none, except where the
+    API server refused it and its backoff has not passed (the seconds left are returned)."""
     creates: list[Action] = []
+    waits: list[float] = []
     for part in parts:
         if not part.terminal and part.attempt not in by_part.get(part.index, {}):
+            if wait := part.retry_after(now):
+                waits.append(wait)
+                continue
             manifest = pod_manifest(spec, part.index, part.attempt, settings)
             creates.append(CreatePod(manifest, part.index, part.attempt))
             part.pod = manifest["metadata"]["name"]
-    return creates
+    return creates, waits
 
 
 def _judge(
@@ -184,16 +208,20 @@ def _judge(
     spec: api.JobSpec,
     now: datetime,
     stamp: str,
+    rejected: list[str] | None = None,
 ) -> tuple[str, Failure | None, str | None]:
     """The job's phase, why it fails now (reason, message) if it does, and its startTime.
 
     The deadline clock starts with the job, is cleared by suspend and restarts on resume,
-    as for a batch/v1 Job.
+    as for a batch/v1 Job. A job that chose what the operator does not allow (``rejected``)
+    fails at once.
     """
     prev_phase = prev.get("phase")
     start_time: str | None = prev.get("startTime")
     if prev_phase in FINISHED_PHASES:
         return prev_phase, None, start_time
+    if rejected:
+        return PHASE_FAILED, (REJECTED, "; ".join(rejected)), start_time or stamp
     for part in parts:
         if part.state == FAILED:
             failure = part.reason or "PartitionFailed", f"partition {part.index}: {part.message}"
@@ -262,7 +290,8 @@ def _status(
         job_conditions = [dict(condition) for condition in prev.get("conditions") or []]
     else:
         job_conditions = conditions(
-            prev.get("conditions") or [], phase, failure, progress, spec.generation, stamp
+            prev.get("conditions") or [], phase, failure, progress, spec.generation, stamp,
+            _refused(parts),
         )
     proof = None
     if phase == PHASE_SUCCEEDED:
@@ -294,6 +323,16 @@ def _status(
     }
 
 
+def _refused(parts: list[Partition]) -> str | None:
+    """The PodsRefused condition's message: which pending partitions' pods are refused."""
+    refused = [part for part in parts if not part.terminal and part.reason == POD_REFUSED]
+    if not refused:
+        return None
+    first = refused[0]
+    more = f" (and {len(refused) - 1} more partitions)" if len(refused) > 1 else ""
+    return f"partition {first.index}{more}: {first.message}"
+
+
 def _job_events(
     prev_phase: str | None, phase: str, failure: Failure | None, status: Mapping[str, Any]
 ) -> list[Event]:
@@ -314,10 +353,11 @@ def _job_events(
 
 
 def _timers(
-    spec: api.JobSpec, status: Mapping[str, Any], pods: list[Pod], now: datetime
+    spec: api.JobSpec, status: Mapping[str, Any], pods: list[Pod], now: datetime,
+    refusal_waits: list[float],
 ) -> tuple[float | None, bool]:
     """Seconds until the job needs another look, and whether its TTL has run out."""
-    waits: list[float] = []
+    waits = list(refusal_waits)
     expired = False
     phase, start = status["phase"], status["startTime"]
     if phase in (PHASE_PENDING, PHASE_RUNNING) and spec.active_deadline_seconds and start:
