@@ -131,7 +131,6 @@ class JobSpec:
     resources: Mapping[str, Any]
     node_selector: Mapping[str, str] | None
     tolerations: Sequence[Mapping[str, Any]] | None
-    kernel_cache_host_path: str | None = None
 
 
 def resolve(job: Mapping[str, Any]) -> JobSpec:
@@ -185,7 +184,6 @@ def resolve(job: Mapping[str, Any]) -> JobSpec:
         resources=prover.get("resources") or {},
         node_selector=prover.get("nodeSelector"),
         tolerations=prover.get("tolerations"),
-        kernel_cache_host_path=prover.get("kernelCacheHostPath"),
     )
 
 

@@ -17,7 +17,7 @@ import secrets
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import kopf
 from kubernetes import client, config
@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, crds
 from kuzk.actions import ReleaseWorker
-from kuzk.controller import Controller
+from kuzk.controller import Controller, controller_of
 from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering
 from kuzk.pods import PodSettings
@@ -115,7 +115,23 @@ def _parser() -> argparse.ArgumentParser:
         type=_absolute_path,
         default=None,
         help="node directory shared by a node's partition pods for CuPy's compiled kernels"
-        " (default: an emptyDir per pod); a ProofJob's prover.kernelCacheHostPath wins",
+        " (default: an emptyDir per pod); a ProofJob cannot choose one",
+    )
+    op.add_argument(
+        "--allowed-prover-image",
+        action="append",
+        default=[],
+        metavar="IMAGE",
+        help="an image a ProofJob's spec.prover.image may name (repeatable; an entry ending"
+        " in * is a prefix); a ProofJob naming another is Rejected. Default: any image",
+    )
+    op.add_argument(
+        "--allowed-priority-class",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a PriorityClass a ProofJob's spec.prover.priorityClassName may name"
+        " (repeatable); a ProofJob naming another is Rejected. Default: any class",
     )
     op.add_argument(
         "--liveness-endpoint",
@@ -126,8 +142,9 @@ def _parser() -> argparse.ArgumentParser:
 
     rel = sub.add_parser(
         "release-finalizers",
-        help="release the workers of all partition pods and drop their finalizers "
-        "(run on uninstall, so no pod is left undeletable once the operator is gone)",
+        help="release the workers of the partition pods of the namespaces' ProofJobs and drop"
+        " their finalizers (run on uninstall, so no pod is left undeletable once the operator"
+        " is gone); pods no ProofJob controls are left alone",
     )
     rel.add_argument(
         "-n", "--namespace", action="append", default=[],
@@ -163,8 +180,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _absolute_path(text: str) -> str:
-    if not text.startswith("/"):
-        msg = f"expected an absolute path, got {text!r}"
+    if not text.startswith("/") or ".." in text.split("/"):
+        msg = f"expected an absolute path without '..', got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return text
 
@@ -263,6 +280,8 @@ def run_operator(args: argparse.Namespace) -> int:
                 gpu_resource=args.gpu_resource,
                 service_account_name=args.prover_service_account,
                 kernel_cache_host_path=args.prover_kernel_cache_host_path,
+                allowed_images=tuple(args.allowed_prover_image),
+                allowed_priority_classes=tuple(args.allowed_priority_class),
             ),
             peering,
         )
@@ -297,16 +316,30 @@ def release_finalizers(args: argparse.Namespace) -> int:
     ctl = Controller(api_client, PodSettings(image=""), lambda job, event: None)
     selector = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
     core = client.CoreV1Api(api_client)
-    listings = (
-        [core.list_namespaced_pod(ns, label_selector=selector) for ns in args.namespace]
-        if args.namespace
-        else [core.list_pod_for_all_namespaces(label_selector=selector)]
-    )
+    custom = client.CustomObjectsApi(api_client)
+    namespaces = args.namespace or [None]
+    # Only pods a ProofJob of these namespaces controls: another pod that carries the label
+    # and the finalizer (some other tool's, or a copy) is not this release's to touch.
+    jobs: set[str] = set()
+    for ns in namespaces:
+        listed = cast(dict[str, Any], (
+            custom.list_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL)
+            if ns else
+            custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
+        ))
+        jobs |= {job["metadata"]["uid"] for job in listed["items"]}
+    listings = [
+        core.list_namespaced_pod(ns, label_selector=selector) if ns
+        else core.list_pod_for_all_namespaces(label_selector=selector)
+        for ns in namespaces
+    ]
     done = 0
     for listing in listings:
         for item in listing.items:
             pod: dict[str, Any] = api_client.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            if (controller_of(pod) or {}).get("uid") not in jobs:
+                continue
             if api.FINALIZER in (meta.get("finalizers") or []):
                 action = ReleaseWorker(meta["name"], meta["uid"], spec.get("nodeName"))
                 ctl.release(meta["namespace"], action, pod)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +41,29 @@ class PodSettings:
     gpu_resource: str = "nvidia.com/gpu"
     service_account_name: str = "kuzk-prover"
     # A node directory that keeps CuPy's compiled kernels for every prover pod of the node;
-    # None keeps them in an emptyDir, for the pod's life only.
+    # None keeps them in an emptyDir, for the pod's life only. Set by the administrator only:
+    # a ProofJob cannot name a node path.
     kernel_cache_host_path: str | None = None
+    # What a ProofJob may choose (an image entry ending in * is a prefix); empty: anything.
+    allowed_images: tuple[str, ...] = ()
+    allowed_priority_classes: tuple[str, ...] = ()
+
+    def rejections(self, job: Mapping[str, Any]) -> list[str]:
+        """Why the ProofJob's own choices are not allowed (the same messages as the chart's
+        admission policy); empty when they are. Defaults the operator fills in always are."""
+        prover = (job.get("spec") or {}).get("prover") or {}
+        found = []
+        image = prover.get("image")
+        if image and self.allowed_images and not any(
+                image.startswith(a[:-1]) if a.endswith("*") else image == a
+                for a in self.allowed_images):
+            found.append(f"spec.prover.image '{image}' is not allowed; allowed images:"
+                         f" {', '.join(self.allowed_images)} (an entry ending in * is a prefix)")
+        cls = prover.get("priorityClassName")
+        if cls and self.allowed_priority_classes and cls not in self.allowed_priority_classes:
+            found.append(f"spec.prover.priorityClassName '{cls}' is not allowed; allowed"
+                         f" classes: {', '.join(self.allowed_priority_classes)}")
+        return found
 
 
 def pod_manifest(
@@ -62,7 +83,7 @@ def pod_manifest(
         "enableServiceLinks": False,
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "containers": [_container(spec, partition, attempt, settings)],
-        "volumes": [kernel_cache_volume(spec, settings)],
+        "volumes": [kernel_cache_volume(settings)],
     }
     if spec.node_selector is not None:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
@@ -103,10 +124,10 @@ def pod_labels(spec: api.JobSpec, partition: int, attempt: int) -> dict[str, str
     }
 
 
-def kernel_cache_volume(spec: api.JobSpec, settings: PodSettings) -> dict[str, Any]:
-    """Where CuPy keeps its compiled kernels: the node directory the job or the operator
-    names (compiled once per node), else an emptyDir (once per pod)."""
-    host_path = spec.kernel_cache_host_path or settings.kernel_cache_host_path
+def kernel_cache_volume(settings: PodSettings) -> dict[str, Any]:
+    """Where CuPy keeps its compiled kernels: the node directory the operator names
+    (compiled once per node), else an emptyDir (once per pod)."""
+    host_path = settings.kernel_cache_host_path
     if host_path:
         source = {"hostPath": {"path": host_path, "type": "DirectoryOrCreate"}}
     else:

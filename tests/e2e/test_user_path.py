@@ -358,8 +358,8 @@ def test_4_helm_upgrade_while_a_job_runs(release: Release) -> None:
 
 
 # --- 5. RBAC --------------------------------------------------------------------------------
-def _can(r: Release, account: str, *args: str) -> bool:
-    out = r.cluster.kubectl("auth", "can-i", *args, "-n", r.namespace,
+def _can(r: Release, account: str, *args: str, namespace: str | None = None) -> bool:
+    out = r.cluster.kubectl("auth", "can-i", *args, "-n", namespace or r.namespace,
                             f"--as=system:serviceaccount:{r.namespace}:{account}", check=False)
     return out.stdout.strip() == "yes"
 
@@ -375,6 +375,12 @@ def _as(r: Release, account: str, *args: str) -> str:
 def test_5_rbac_is_minimal(release: Release) -> None:
     r = release
     assert _can(r, OPERATOR, "create", "pods")
+    # The release watches r.namespace only: what the operator may do to namespaced objects
+    # is granted there and nowhere else.
+    for verb, resource in (("create", "pods"), ("delete", "pods"), ("patch", "proofjobs.kuzk.io"),
+                           ("create", "events"), ("list", "pods")):
+        assert _can(r, OPERATOR, verb, resource), (verb, resource)
+        assert not _can(r, OPERATOR, verb, resource, namespace="default"), (verb, resource)
     assert not _can(r, OPERATOR, "get", "secrets")
     assert not _can(r, OPERATOR, "list", "secrets")
     for verb in ("get", "list", "watch"):
@@ -406,6 +412,10 @@ def test_6_helm_uninstall_removes_what_the_chart_made(release: Release) -> None:
     made = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", r.namespace))
             for d in yaml.safe_load_all(manifest) if d]
     assert len(made) > 10
+    # A namespace the release does not watch: its ProofJob is not the release's to run.
+    foreign_ns = f"{r.namespace}-foreign"
+    r.cluster.kubectl("create", "namespace", foreign_ns)
+    apply_job(r.cluster, foreign_ns, proofjob("elsewhere", partitions=1))
     # Pods that cannot be scheduled: they carry the release finalizer and would stay
     # undeletable once the operator is gone, but for the uninstall hook.
     apply_job(r.cluster, r.namespace,
@@ -414,7 +424,25 @@ def test_6_helm_uninstall_removes_what_the_chart_made(release: Release) -> None:
     assert all(api.FINALIZER in (p.metadata.finalizers or [])
                for p in job_pods(r.cluster, r.namespace, "stuck"))
 
+    elsewhere = get_job(r.cluster, foreign_ns, "elsewhere")
+    assert elsewhere is not None and not elsewhere.get("status")
+    assert job_pods(r.cluster, foreign_ns, "elsewhere") == []
+    # Another tool's pod there, with kuzk's label and finalizer: the uninstall must not
+    # touch it.
+    r.cluster.core.create_namespaced_pod(foreign_ns, {
+        "metadata": {"name": "foreign", "labels": {api.LABEL_MANAGED_BY: api.MANAGER},
+                     "finalizers": [api.FINALIZER]},
+        "spec": {"nodeSelector": {"kuzk.io/none": "x"},
+                 "containers": [{"name": "c", "image": "kuzk-standin:test"}]}})
+
     helm(r, "uninstall", RELEASE, "-n", r.namespace, "--wait", "--timeout", "120s")
+    try:
+        foreign = r.cluster.core.read_namespaced_pod("foreign", foreign_ns)
+        assert foreign.metadata.finalizers == [api.FINALIZER]
+    finally:
+        r.cluster.core.patch_namespaced_pod("foreign", foreign_ns,
+                                            {"metadata": {"finalizers": None}})
+        _drop_namespace(r.cluster, foreign_ns)
     for kind, name, ns in made:
         out = r.cluster.kubectl("get", kind, name, "-n", ns, check=False)
         assert out.returncode != 0 and "NotFound" in out.stderr, (kind, name, out.stdout)

@@ -136,10 +136,12 @@ def test_two_releases_share_no_cluster_scoped_name() -> None:
         docs = render("priorityClasses.create=false", release=release)
         names[release] = {(d["kind"], d["metadata"]["name"]) for d in docs
                           if d["kind"] in cluster_scoped}
-        policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
-        binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
-        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-        assert policy["metadata"]["name"] == f"{release}-kuzk-prover-own-node"
+        policies = sorted(d["metadata"]["name"] for d in docs
+                          if d["kind"] == "ValidatingAdmissionPolicy")
+        bound = sorted(d["spec"]["policyName"] for d in docs
+                       if d["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert policies == bound == [f"{release}-kuzk-proofjob-choices",
+                                     f"{release}-kuzk-prover-own-node"]
         assert {k for k, _ in names[release]} == cluster_scoped
     assert not names["one"] & names["two"]
 
@@ -171,8 +173,8 @@ def test_prover_role_is_the_shared_file_and_bound_cluster_wide() -> None:
     assert sorted(b["subjects"][0]["namespace"] for b in bindings) == ["a", "b"]
     kinds = {d["kind"] for d in docs}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
-    assert "ValidatingAdmissionPolicy" not in {
-        d["kind"] for d in render("prover.nodeRestriction=false")}
+    assert "kz-kuzk-prover-own-node" not in {
+        d["metadata"]["name"] for d in render("prover.nodeRestriction=false")}
 
 
 def test_containers_are_locked_down() -> None:
@@ -222,3 +224,29 @@ def test_bad_values_fail_at_render_time(setting: str, named: str) -> None:
     out = helm("template", "kz", str(CHART), "--kube-version", "1.37.2", "--set", setting)
     assert out.returncode != 0
     assert named in out.stderr
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[str]:
+    return {resource for rule in rules for resource in rule["resources"]}
+
+
+def test_operator_rbac_is_namespaced_when_it_watches_namespaces() -> None:
+    namespaced = {"pods", "events", "proofjobs", "proofjobs/status", "kopfpeerings"}
+    cluster_scoped = {"workerstatuses", "workerstatuses/status", "nodes",
+                      "customresourcedefinitions", "namespaces"}
+    everywhere = one(render(), "ClusterRole", "kz-kuzk-operator")
+    assert _grants(everywhere["rules"]) == namespaced | cluster_scoped | {"clusterkopfpeerings"}
+
+    docs = render("operator.watchNamespaces={a,b}")
+    assert _grants(one(docs, "ClusterRole", "kz-kuzk-operator")["rules"]) == cluster_scoped
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"
+             and d["metadata"]["name"] == "kz-kuzk-operator"}
+    assert sorted(roles) == ["a", "b"]
+    assert all(_grants(role["rules"]) == namespaced for role in roles.values())
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"
+                and d["metadata"]["name"] == "kz-kuzk-operator"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["a", "b"]
+    assert all(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                "name": "kz-kuzk-operator"} for b in bindings)
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "kz-kuzk-operator",
+                                  "namespace": "kuzk-system"}] for b in bindings)

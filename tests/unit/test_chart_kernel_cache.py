@@ -29,8 +29,9 @@ def test_host_path_becomes_the_operator_flag() -> None:
     assert parsed.prover_kernel_cache_host_path == "/var/lib/kuzk/cupy"
 
 
-def test_relative_path_is_refused_with_the_value_name() -> None:
-    out = helm("template", "kz", str(CHART), "--set", "prover.kernelCacheHostPath=cache/cupy")
+@pytest.mark.parametrize("path", ["cache/cupy", "/var/../etc", "/var/cache/.."])
+def test_relative_or_climbing_path_is_refused_with_the_value_name(path: str) -> None:
+    out = helm("template", "kz", str(CHART), "--set", f"prover.kernelCacheHostPath={path}")
     assert out.returncode != 0
     assert "kernelCacheHostPath" in out.stderr
 
@@ -39,4 +40,7 @@ def test_operator_refuses_a_relative_path(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit) as refused:
         cli._parser().parse_args(["operator", f"{FLAG}=cache"])
     assert refused.value.code == 2
-    assert "expected an absolute path, got 'cache'" in capsys.readouterr().err
+    assert "expected an absolute path without '..', got 'cache'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["operator", f"{FLAG}=/var/../etc"])
+    assert "got '/var/../etc'" in capsys.readouterr().err

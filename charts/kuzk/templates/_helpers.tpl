@@ -74,3 +74,12 @@ runAsUser: 10001
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/* What a ProofJob may choose: the allowlists, with their defaults. */}}
+{{- define "kuzk.allowedImages" -}}
+{{ toJson (.Values.prover.allowedImages | default (list .Values.prover.image)) }}
+{{- end }}
+
+{{- define "kuzk.allowedPriorityClasses" -}}
+{{ toJson (.Values.prover.allowedPriorityClasses | default (list "kuzk-critical" "kuzk-high" "kuzk-normal")) }}
+{{- end }}

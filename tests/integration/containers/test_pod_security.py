@@ -5,6 +5,7 @@ runs them in such a namespace."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -30,10 +31,10 @@ def restricted(cluster: Cluster, namespace: str) -> str:
     return namespace
 
 
-def _partition_pod(namespace: str, **prover: Any) -> dict[str, Any]:
-    job = proofjob("psa", "snap-update", partitions=2, prover=prover)
+def _partition_pod(namespace: str, settings: PodSettings = SETTINGS) -> dict[str, Any]:
+    job = proofjob("psa", "snap-update", partitions=2)
     job["metadata"].update(namespace=namespace, uid="00000000-0000-0000-0000-000000000001")
-    pod = pod_manifest(resolve(job), 0, 1, SETTINGS)
+    pod = pod_manifest(resolve(job), 0, 1, settings)
     pod["spec"].pop("priorityClassName")  # admission of the class is not what is tested here
     return pod
 
@@ -56,7 +57,8 @@ def test_restricted_level_refuses_what_is_not_hardened(cluster: Cluster, restric
     elif weaken == "container-security-context":
         del pod["spec"]["containers"][0]["securityContext"]
     else:
-        pod = _partition_pod(restricted, kernelCacheHostPath="/var/cache/kuzk-kernels")
+        pod = _partition_pod(restricted, dataclasses.replace(
+            SETTINGS, kernel_cache_host_path="/var/cache/kuzk-kernels"))
     with pytest.raises(ApiException) as refused:
         _admit(cluster, restricted, pod)
     assert refused.value.status == 403

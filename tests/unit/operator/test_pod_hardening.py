@@ -4,9 +4,6 @@ names one."""
 
 from __future__ import annotations
 
-import pytest
-
-from kuzk import api
 from kuzk.api import resolve
 from kuzk.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
@@ -52,23 +49,12 @@ def test_kernel_cache_is_an_empty_dir_by_default():
     assert _cache(pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)) == {"emptyDir": {}}
 
 
-@pytest.mark.parametrize(
-    ("operator_path", "job_path", "expected"),
-    [
-        ("/var/lib/kuzk/kernels", None, "/var/lib/kuzk/kernels"),
-        (None, "/srv/cupy", "/srv/cupy"),
-        ("/var/lib/kuzk/kernels", "/srv/cupy", "/srv/cupy"),
-    ],
-    ids=["operator", "job", "job-wins"],
-)
-def test_kernel_cache_on_the_node(operator_path, job_path, expected):
-    settings = PodSettings(image="kuzk/prover:1", kernel_cache_host_path=operator_path)
-    prover = {"kernelCacheHostPath": job_path} if job_path else {}
-    pod = pod_manifest(resolve(Make.job(prover=prover)), 0, 1, settings)
-    assert _cache(pod) == {"hostPath": {"path": expected, "type": "DirectoryOrCreate"}}
-
-
-def test_resolve_reads_the_job_field():
-    job = Make.job(prover={"kernelCacheHostPath": "/srv/cupy"})
-    assert api.resolve(job).kernel_cache_host_path == "/srv/cupy"
-    assert api.resolve(Make.job()).kernel_cache_host_path is None
+def test_kernel_cache_on_the_node_is_the_operators_and_never_the_jobs():
+    settings = PodSettings(image="kuzk/prover:1", kernel_cache_host_path="/var/lib/kuzk/cupy")
+    pod = pod_manifest(resolve(Make.job()), 0, 1, settings)
+    assert _cache(pod) == {"hostPath": {"path": "/var/lib/kuzk/cupy",
+                                        "type": "DirectoryOrCreate"}}
+    # A job stored before the field was removed from the CRD: the field is not read.
+    stored = Make.job(prover={"kernelCacheHostPath": "/etc"})
+    pod = pod_manifest(resolve(stored), 0, 1, PodSettings(image="kuzk/prover:1"))
+    assert _cache(pod) == {"emptyDir": {}}
