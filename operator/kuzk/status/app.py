@@ -117,6 +117,12 @@ async def status(request: web.Request) -> web.StreamResponse:
 
 
 async def prometheus(request: web.Request) -> web.Response:
+    view = request.app[VIEW]
+    if not view.ready:
+        # Counters read before the first lists are in would start from an incomplete baseline.
+        waiting = ", ".join(sorted(name for name, w in view.watches.items() if not w.listed))
+        return web.Response(status=503,
+                            text=f"not ready: waiting for the first list of {waiting}\n")
     body = generate_latest(request.app[REGISTRY])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -163,7 +163,10 @@ class History:
     def window_start(self, now: float) -> float:
         return max(now - WINDOW_S, self.started)
 
-    def saw_job(self, job: Job, now: float) -> None:
+    def saw_job(self, job: Job, now: float, baseline: bool = False) -> None:
+        """Track the job's partitions; count those that finished since it was last seen (with
+        ``baseline``, those already finished are only marked: they ended before this server
+        started, and counting them would invent increases after every restart)."""
         counted = self.counted.setdefault(job.uid, {})
         for p in job.partitions:
             slot = (job.uid, p.index)
@@ -173,6 +176,8 @@ class History:
             if p.state not in (DONE, FAILED) or p.index in counted:
                 continue
             counted[p.index] = p.state
+            if baseline:
+                continue
             bucket = (job.namespace, job.proof_kind)
             if p.state == FAILED:
                 self.failed[bucket] += 1
@@ -191,16 +196,19 @@ class History:
         for p in job.partitions:
             self.partition_since.pop((job.uid, p.index), None)
 
-    def saw_workers(self, node: WorkerNode, queue: Queue, now: float) -> None:
+    def saw_workers(self, node: WorkerNode, queue: Queue, now: float,
+                    baseline: bool = False) -> None:
         for w in node.workers:
             if (node.node, w.id) not in self.workers:
                 self.workers[(node.node, w.id)] = WorkerTrack(first_seen=now, mode_since=now)
         self.classify([node], queue, now)
         seen = self.stale_seen.get(node.node, 0)
-        # A recreated WorkerStatus starts its own count again: what it counted is new.
-        self.stale_total += node.stale_writes_rejected - (
-            seen if node.stale_writes_rejected >= seen else 0
-        )
+        # A recreated WorkerStatus starts its own count again: what it counted is new. What
+        # the first list shows (``baseline``) was refused before this server started.
+        if not baseline:
+            self.stale_total += node.stale_writes_rejected - (
+                seen if node.stale_writes_rejected >= seen else 0
+            )
         self.stale_seen[node.node] = node.stale_writes_rejected
 
     def classify(self, nodes: Iterable[WorkerNode], queue: Queue, now: float) -> None:

@@ -20,7 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from kuzk.api import PHASES, STATES
+from kuzk.api import PHASES, PROOF_KINDS, STATES
 from kuzk.status.history import DURATION_BUCKETS, IDLE_REASONS
 from kuzk.status.view import StatusView
 from kuzk.workerstatus import LaneStage, WorkerState
@@ -109,7 +109,9 @@ class ViewCollector(Collector):
             done_by_kind[kind] += n
         for (_, kind), n in history.failed.items():
             failed_by_kind[kind] += n
-        for kind in sorted(set(done_by_kind) | set(failed_by_kind)):
+        # Every proof kind from the start, zeros included: a series that appears only at its
+        # first count hides that first increase from rate() and increase().
+        for kind in sorted(set(PROOF_KINDS) | set(done_by_kind) | set(failed_by_kind)):
             completed.add_metric([kind], done_by_kind[kind])
             failed.add_metric([kind], failed_by_kind[kind])
         yield completed

@@ -123,8 +123,10 @@ class StatusView:
         for stale in [k for k in self._store(state.resource)
                       if k not in fresh and (namespace is None or k.startswith(namespace + "/"))]:
             self._delete(state.resource, stale)
+        # What the first list shows finished happened before this server: the counters'
+        # baseline, not increases (a relist after a lost watch counts what finished meanwhile).
         for k, item in fresh.items():
-            self._put(state.resource, k, item, now)
+            self._put(state.resource, k, item, now, baseline=not state.listed)
         state.listed = state.connected = True
         state.lost_at = None
         self._bump()
@@ -232,7 +234,8 @@ class StatusView:
     def _bump(self) -> None:
         self.revision += 1
 
-    def _put(self, resource: str, k: str, item: Mapping[str, Any], now: float) -> None:
+    def _put(self, resource: str, k: str, item: Mapping[str, Any], now: float,
+             baseline: bool = False) -> None:
         store = self._store(resource)
         if resource == PROOFJOBS:
             value: Any = objects.job(item)
@@ -250,10 +253,10 @@ class StatusView:
         old = store.get(k)
         store[k] = value
         if isinstance(value, Job):
-            self.history.saw_job(value, now)
+            self.history.saw_job(value, now, baseline)
             self._track_queue(k, value, now)
         elif isinstance(value, WorkerNode):
-            self.history.saw_workers(value, self.queue, now)
+            self.history.saw_workers(value, self.queue, now, baseline)
         elif isinstance(value, Pod):
             if isinstance(old, Pod):
                 self.pods_by_key.pop(self._pod_key(old), None)

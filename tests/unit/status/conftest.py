@@ -39,10 +39,14 @@ def view(clock: Clock) -> StatusView:
 
 @pytest.fixture
 def feed(view: StatusView) -> Feed:
-    """``feed(proofjobs=[...], workerstatuses=[...], ...)``: a full list of each resource named."""
+    """``feed(proofjobs=[...], workerstatuses=[...], ...)``: a full list of each resource named,
+    as a relist: the server is taken to have started (first list) before these objects, so
+    what they show finished counts (a first list is the counters' baseline)."""
 
     def apply(**lists: Iterable[dict[str, Any]]) -> StatusView:
         for resource, items in lists.items():
+            if not view.watches[resource].listed:
+                view.listed(resource, [])
             view.listed(resource, list(items))
         return view
 

@@ -257,3 +257,12 @@ async def test_silent_connections_do_not_stop_healthz(aiohttp_server, view: Stat
     finally:
         for _, w in silent:
             w.close()
+
+
+async def test_metrics_wait_for_the_first_lists(http: Client, feed: Feed) -> None:
+    """Counters served before every first list is in would start from a partial baseline."""
+    early = await http.get("/metrics")
+    assert early.status == 503
+    assert "waiting for the first list of" in await early.text()
+    feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[])
+    assert (await http.get("/metrics")).status == 200

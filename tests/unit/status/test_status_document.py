@@ -325,3 +325,24 @@ def test_fleet_counts_physical_gpus_not_replicas(feed: Feed, view: StatusView, l
     feed(nodes=[node("gpu-1", allocatable, labels)],
          workerstatuses=[workerstatus("gpu-1", *[worker(f"W{i}") for i in range(workers)])])
     assert doc(view)["fleet"]["gpus"] == gpus
+
+
+def test_what_the_first_list_shows_finished_is_the_baseline_not_an_increase(
+        view: StatusView) -> None:
+    """A restarted server must not count again what finished before it started: the first
+    list is the baseline, a later transition or relist counts."""
+    job = proofjob("j", part(0, "done"), part(1, "failed", reason="InvalidInput"),
+                   part(2, "gpu"), count=3)
+    view.listed("proofjobs", [job])
+    view.listed("workerstatuses", [workerstatus("a", stale=4)])
+    c = doc(view)["counters"]
+    assert (c["total_completed"], c["total_failed"], c["stale_writes_rejected"]) == (0, 0, 0)
+    job = proofjob("j", part(0, "done"), part(1, "failed", reason="InvalidInput"),
+                   part(2, "done"), count=3)
+    view.event("proofjobs", "MODIFIED", job)
+    view.event("workerstatuses", "MODIFIED", workerstatus("a", stale=5))
+    c = doc(view)["counters"]
+    assert (c["total_completed"], c["total_failed"], c["stale_writes_rejected"]) == (1, 0, 1)
+    # A relist after a lost watch: what finished meanwhile happened while the server ran.
+    view.listed("proofjobs", [job, proofjob("k", part(0, "done"), count=1)])
+    assert doc(view)["counters"]["total_completed"] == 2
