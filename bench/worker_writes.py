@@ -10,7 +10,7 @@ one worker and adds 1 to its ``completed`` count per update:
 * guarded: kuzk.workers.guarded_write (GET, decide, replace /status with the resourceVersion
   read, retry on 409 Conflict);
 * unguarded: GET, add 1, then a JSON merge patch of ``status.workers`` without a
-  resourceVersion, the write DESIGN.md forbids.
+  resourceVersion, the write the protocol forbids.
 
 It prints updates/s, the guarded writes' conflict rate (409s per PUT), and how many updates
 the merge patches lost (updates made minus the sum of ``completed`` at the end). Exit status 1

@@ -25,12 +25,18 @@ from tests.testenv.waiting import wait_for
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the groups into node IDs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for ``pytest -n 2 --dist loadgroup`` (what ``scripts/test`` runs) by
-    the session control plane they share: the e2e tier on one worker's, the other tests that
-    use ``cluster`` on the other's, each group in file order. Tests that start a control
-    plane of their own (the small benchmarks) and unit tests go wherever a worker is free."""
+    """Mark the control-plane tests ``cluster``, and group the tests for ``pytest -n 2
+    --dist loadgroup`` (what ``scripts/test`` runs) by the session control plane they share:
+    the e2e tier on one worker's, the other tests that use ``cluster`` on the other's, each
+    group in file order. Tests that start a control plane of their own (the small benchmarks)
+    and unit tests go wherever a worker is free."""
     for item in items:
         tier = item.path.relative_to(config.rootpath).parts[1:2]
+        # Every test that starts a control plane (the session's through the ``cluster``
+        # fixture, or one of its own as the small benchmarks do: every tier but unit) is
+        # marked ``cluster``, so ``-m "not cluster"`` is the unit tier and starts none.
+        if tier != ("unit",) or "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
         if tier in (("e2e",), ("kind",)):
             item.add_marker(pytest.mark.xdist_group("e2e"))
         elif "cluster" in getattr(item, "fixturenames", ()):

@@ -83,7 +83,7 @@ _NAME_HASH_CHARS = 8
 
 @dataclass(frozen=True)
 class KindDefaults:
-    """What a proof kind implies when the spec does not say (DESIGN.md section 2)."""
+    """What a proof kind implies when the spec does not say (the CRD says so too)."""
 
     partitions: int
     circuit_log2: int

@@ -1,7 +1,7 @@
 """The partition pod manifest: the contract between the operator and any prover image.
 
-DESIGN.md section 3 is the contract; this module is its only writer, so the reconciler, the
-tests and a replacement prover image all read one definition.
+This module is the contract's only writer, so the reconciler, the tests and a replacement
+prover image all read one definition.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``kuzk-prover``: the partition pod's command, keeping the pod contract of DESIGN.md section 3.
+"""``kuzk-prover``: the partition pod's command, keeping the pod contract (``kuzk.pods``).
 
 Exit codes are the contract the operator acts on:
   0    proven; the result JSON is in the termination message;

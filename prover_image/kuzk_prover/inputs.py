@@ -17,7 +17,7 @@ from typing import Any
 from kuzk import api
 from kuzk_prover.synthesis import derive_seed
 
-# One table of proof kinds for operator and prover (DESIGN.md section 2): kuzk.api.
+# One table of proof kinds for operator and prover: kuzk.api.
 PROOF_KINDS = tuple(api.PROOF_KINDS)
 KIND_DEFAULTS = {k: (d.partitions, d.circuit_log2) for k, d in api.PROOF_KINDS.items()}
 """(partitions, circuitLog2) of each proof kind."""

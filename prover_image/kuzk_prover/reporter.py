@@ -141,7 +141,7 @@ class ProverReporter:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
     ) -> ProverReporter:
-        """From the partition pod's env (DESIGN.md section 3) and its ServiceAccount's
+        """From the partition pod's env (the pod contract, ``kuzk.pods``) and its ServiceAccount's
         credentials (``kuzk.kubeconfig.load_config``: the in-cluster token, else the kubeconfig
         that ``KUBECONFIG`` in the env names)."""
         env = os.environ if environ is None else environ

@@ -25,8 +25,6 @@ from tests.integration.status.conftest import operator, plan, prover_account  # 
 from tests.integration.status.server import running
 from tests.testenv.cluster import Cluster
 
-pytestmark = pytest.mark.cluster
-
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]

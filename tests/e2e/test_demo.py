@@ -15,15 +15,12 @@ import threading
 import urllib.request
 from pathlib import Path
 
-import pytest
 import yaml
 
 from kuzk import api
 from tests.integration.operator.conftest import get_job
 from tests.testenv.cluster import Cluster
 from tests.testenv.demo import DONE_LINE, EXAMPLES
-
-pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(p.stem for p in EXAMPLES)  # snap-update, winning-post

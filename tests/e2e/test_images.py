@@ -22,7 +22,7 @@ from tests.testenv.cluster import Cluster
 from tests.testenv.containers import IMAGES_SCRIPT, Images, build_images, podman
 
 # The first test may build the images from a cold cache (minutes on a small machine).
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 JOBS = {  # kind: partitions (small, so that the test fits a small machine)

@@ -43,8 +43,6 @@ from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import NodeSpec, ProcessKubelet
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
-
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kuzk"
 EXAMPLES = ROOT / "examples"

@@ -273,7 +273,7 @@ def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> dict[str, Any
 
 def render(snap: Snapshot, *, now: float, sync: Sync, keep_finished: float,
            filters: Filters = Filters()) -> dict[str, Any]:
-    """The ``/status`` document (DESIGN.md section 5)."""
+    """The ``/status`` document (README.md, "The status endpoint")."""
     admitted = sorted((j for j in snap.jobs if filters.admits(j.namespace, j.proof_kind)),
                       key=job_order)
     gpu_rows = workers(snap, now)

@@ -8,10 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.cluster
-
 ROOT = Path(__file__).resolve().parents[3]
 # 6 jobs, the kinds in turn: winning-post, snap-update, window-post, porep-c2, winning-post,
 # snap-update.

@@ -17,7 +17,7 @@ from tests.testenv.containers import Images
 from tests.testenv.waiting import wait_for
 
 # The first test may build the images from a cold cache (minutes on a small machine).
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 IN_CLUSTER = """
 import json, os, sys

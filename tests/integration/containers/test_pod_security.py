@@ -17,8 +17,6 @@ from kuzk.pods import PodSettings, pod_manifest
 from tests.integration.operator.conftest import proofjob
 from tests.testenv.cluster import Cluster
 
-pytestmark = pytest.mark.cluster
-
 SETTINGS = PodSettings(image="localhost/kuzk-prover:any")
 
 

@@ -30,7 +30,6 @@ from tests.integration.operator.conftest import (
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
 OUTAGE_S = 10
 
 

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import signal
 
-import pytest
-
 from tests.integration.operator.conftest import Plan, apply_job, get_job, proofjob, wait_job
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
 RESUMED = "Resuming operations after the pause"
 PAUSED = "paused by a higher-priority peer"
 LIFETIME = ("--peering-lifetime", "5")

@@ -13,7 +13,6 @@ import gc
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from kubernetes import client
 
 from kuzk import api
@@ -21,7 +20,6 @@ from tests.integration.operator.conftest import InProcessOperator, proofjob
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
 JOBS, BATCH, WARMUP = 2000, 100, 200
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from kuzk import api
@@ -16,7 +15,6 @@ from kuzk.pods import PodSettings, pod_manifest
 from tests.integration.operator.conftest import apply_job, get_job, proofjob
 from tests.testenv.cluster import Cluster
 
-pytestmark = pytest.mark.cluster
 SETTINGS = PodSettings(image="kuzk-standin:test")
 
 

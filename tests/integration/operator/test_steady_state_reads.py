@@ -8,7 +8,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
 import urllib3
 
 from tests.integration.operator.conftest import (
@@ -22,7 +21,6 @@ from tests.integration.operator.conftest import (
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
 QUIET_S = 25  # longer than two resyncs (10 s) and two prover heartbeats (10 s)
 
 

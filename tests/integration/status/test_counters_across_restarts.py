@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from kubernetes import client
 
 from kuzk import api
@@ -20,7 +19,6 @@ from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import free_port
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
 COMPLETED = 'sum(kuzk_partitions_completed_total{proof_kind="snap-update"})'
 
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import socket
 
-import pytest
 import requests
 
 from tests.integration.status.server import StatusServer
-
-pytestmark = pytest.mark.cluster
 
 
 def test_bad_requests_get_clear_4xx_and_healthz_keeps_answering(status_server) -> None:

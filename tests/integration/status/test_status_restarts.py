@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import requests
 from kubernetes import client
 
@@ -16,8 +15,6 @@ from tests.integration.operator.conftest import proofjob
 from tests.integration.status.server import StatusServer
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
-
-pytestmark = pytest.mark.cluster
 
 
 def create(custom: client.CustomObjectsApi, namespace: str, name: str, states: list[str]) -> None:

@@ -24,8 +24,6 @@ from tests.integration.status.server import StatusServer
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
-
 # How long after the API server a sample may still show a version: the watch's delivery plus
 # the server's render (a document may trail the view by its max_stale, 1 s).
 LAG_S = 3.0

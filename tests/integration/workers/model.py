@@ -1,7 +1,7 @@
 """An independent model of one node's WorkerStatus with lanes, written from the protocol's
-rules (DESIGN.md and the choices ``kuzk.workers`` documents) without importing ``kuzk.workers``
-or ``kuzk.workerstatus``: tests compare the real decisions and the real object against a
-second, separate reading of the protocol.
+rules (README.md's lanes protocol and the choices ``kuzk.workers`` documents) without
+importing ``kuzk.workers`` or ``kuzk.workerstatus``: tests compare the real decisions and
+the real object against a second, separate reading of the protocol.
 
 * ``NodeModel`` plays a sequence of writes and answers each as the protocol must (granted,
   waiting or gone; True, False), counting the stale ones.

@@ -27,6 +27,7 @@ from typing import Any
 from kuzk import api
 from kuzk.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
 from kuzk.api import resolve
+from kuzk.controller import without_nulls
 from kuzk.pods import PodSettings, pod_manifest
 from kuzk.reconcile import reconcile
 
@@ -120,15 +121,6 @@ class Make:
         )
 
 
-def prune_nulls(value: Any) -> Any:
-    """What the API server stores from a status with nulls: the null fields dropped."""
-    if isinstance(value, dict):
-        return {k: prune_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [prune_nulls(item) for item in value]
-    return value
-
-
 @dataclass
 class Cluster:
     """An in-memory API server, kubelet and prover around one ProofJob."""
@@ -164,7 +156,7 @@ class Cluster:
         return decision
 
     def apply(self, decision: Decision) -> None:
-        self.job["status"] = prune_nulls(copy.deepcopy(decision.status))
+        self.job["status"] = without_nulls(copy.deepcopy(decision.status))
         for action in decision.actions:
             self.apply_action(action)
 

@@ -1,4 +1,4 @@
-"""kuzk.pods.pod_manifest: the partition pod contract of DESIGN.md section 3."""
+"""kuzk.pods.pod_manifest: the partition pod contract."""
 
 from __future__ import annotations
 

@@ -15,13 +15,13 @@ import pytest
 
 from kuzk import api
 from kuzk.actions import CreatePod, Event
+from kuzk.controller import without_nulls
 from kuzk.reconcile import reconcile
 from tests.unit.operator.objects import (
     SETTINGS,
     Cluster,
     Make,
     commitment_for,
-    prune_nulls,
 )
 
 STAGES = ("synthesizing", "synth_done", "gpu")
@@ -149,7 +149,7 @@ def operator_step(cluster: Cluster, rng: random.Random) -> None:
         return  # the status write lost a conflict: nothing happened
     if roll < 0.35:
         cut = rng.randrange(len(decision.actions) + 1)
-        cluster.job["status"] = prune_nulls(decision.status)
+        cluster.job["status"] = without_nulls(decision.status)
         for action in decision.actions[:cut]:
             cluster.apply_action(action)
         return

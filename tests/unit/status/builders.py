@@ -1,4 +1,4 @@
-"""Raw API objects in the shapes the API server sends (DESIGN.md section 2), for the tables."""
+"""Raw API objects in the shapes the API server sends (``kuzk.crds``), for the tables."""
 
 from __future__ import annotations
 

@@ -1,0 +1,61 @@
+"""ARCHITECTURE.md's direction of imports, checked on the source: the status server imports of
+the operator's package only ``api`` and ``workerstatus``; the pure decision knows neither Kopf
+nor the Kubernetes client; the prover imports the operator's package in ``reporter`` and
+``entrypoint``, ``inputs`` its vocabulary (``kuzk.api``, the one table of proof kinds) and
+its proving core nothing of it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR = ROOT / "operator" / "kuzk"
+PROVER = ROOT / "prover_image" / "kuzk_prover"
+PURE = ("api", "actions", "workerstatus", "observe", "pods", "partitions", "conditions",
+        "reconcile", "ranges")
+
+
+def imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of its code."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def of_operator(names: set[str]) -> set[str]:
+    return {n for n in names if n == "kuzk" or n.startswith("kuzk.")}
+
+
+@pytest.mark.parametrize("path", sorted((OPERATOR / "status").glob("*.py")), ids=lambda p: p.name)
+def test_the_status_server_imports_only_api_and_workerstatus(path: Path) -> None:
+    allowed = ("kuzk.api", "kuzk.workerstatus", "kuzk.status")
+    wrong = {n for n in of_operator(imported(path)) - {"kuzk"}
+             if not n.startswith(allowed)}
+    assert not wrong, f"{path.name} imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_decision_knows_neither_kopf_nor_the_client(module: str) -> None:
+    names = imported(OPERATOR / f"{module}.py")
+    assert not {n for n in names if n.split(".")[0] in ("kopf", "kubernetes")}
+
+
+@pytest.mark.parametrize("path", sorted(PROVER.glob("*.py")), ids=lambda p: p.name)
+def test_only_the_provers_reporter_and_entrypoint_import_the_operators_package(
+        path: Path) -> None:
+    names = of_operator(imported(path))
+    if path.stem in ("reporter", "entrypoint"):
+        allowed = ("kuzk.api", "kuzk.workers", "kuzk.workerstatus", "kuzk.kubeconfig")
+        assert all(n.startswith(allowed) for n in names - {"kuzk"}), sorted(names)
+    elif path.stem == "inputs":
+        assert names <= {"kuzk", "kuzk.api"}, sorted(names)
+    else:
+        assert not names, f"{path.name} imports {sorted(names)}"
