@@ -168,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument(
         "--kubeconfig", type=_kubeconfig, default=None,
-        help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)",
+        help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then"
+        " ~/.kube/config)",
     )
     st.add_argument(
         "--gpu-resource",
@@ -285,7 +286,7 @@ def run_operator(args: argparse.Namespace) -> int:
             ),
             peering,
         )
-    except config.ConfigException as e:
+    except (config.ConfigException, OSError) as e:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
         return 1
     if peering is not None:
@@ -309,7 +310,7 @@ def run_operator(args: argparse.Namespace) -> int:
 def release_finalizers(args: argparse.Namespace) -> int:
     try:
         load_config()
-    except config.ConfigException as e:
+    except (config.ConfigException, OSError) as e:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
         return 1
     api_client = client.ApiClient()
@@ -354,12 +355,7 @@ def run_status_server(args: argparse.Namespace) -> int:
     app.configure_logging(args.log_format)
     configuration = client.Configuration()
     try:
-        if args.kubeconfig or os.environ.get("KUBECONFIG"):
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=args.kubeconfig, client_configuration=configuration)
-        else:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration)
+        load_config(configuration, args.kubeconfig)
     except (config.ConfigException, OSError) as e:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
         return 1

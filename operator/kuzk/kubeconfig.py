@@ -1,8 +1,11 @@
-"""The one way kuzk's processes (the operator, the status server, the prover) find their
-Kubernetes credentials: in a pod, its ServiceAccount; elsewhere, a kubeconfig."""
+"""The one way kuzk's processes (the operator, the status server, the prover, the uninstall
+hook) find their Kubernetes credentials, in the order controller-runtime and kubectl users
+expect: a kubeconfig named on the command line, else ``$KUBECONFIG``, else the pod's
+ServiceAccount, else ``~/.kube/config``."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import cast
 
@@ -12,14 +15,20 @@ from kubernetes import client, config
 def load_config(
     configuration: client.Configuration | None = None, kubeconfig: str | None = None
 ) -> None:
-    """Load credentials into ``configuration`` (None: the client's default): the pod's
-    ServiceAccount when in a pod, else the kubeconfig at ``kubeconfig``, else the one
-    ``KUBECONFIG`` named when the kubernetes package was imported, else ``~/.kube/config``.
-    Raises ``kubernetes.config.ConfigException`` when none is usable."""
+    """Load credentials into ``configuration`` (None: the client's default): the kubeconfig at
+    ``kubeconfig`` when given, else the one(s) ``$KUBECONFIG`` names, else the pod's
+    ServiceAccount when in a pod, else ``~/.kube/config``. Raises
+    ``kubernetes.config.ConfigException`` (or ``OSError`` for an unreadable file) when none
+    is usable."""
     # The kubernetes package leaves its config loaders untyped.
     in_cluster = cast(Callable[..., None], config.load_incluster_config)
     from_file = cast(Callable[..., None], config.load_kube_config)
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        from_file(config_file=path, client_configuration=configuration)
+        return
     try:
         in_cluster(client_configuration=configuration)
     except config.ConfigException:
-        from_file(config_file=kubeconfig, client_configuration=configuration)
+        from_file(config_file=os.path.expanduser("~/.kube/config"),
+                  client_configuration=configuration)

@@ -1,0 +1,53 @@
+"""``kuzk.kubeconfig.load_config``, the one credentials loader: a kubeconfig named on the
+command line, else ``$KUBECONFIG``, else the pod's ServiceAccount, else ``~/.kube/config``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from kuzk.kubeconfig import load_config
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))
+    return path
+
+
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: bool, env: bool,
+         home: bool) -> str:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    if env:
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "env", "https://env:1")))
+    if home:
+        kubeconfig(tmp_path / "home" / ".kube" / "config", "https://home:1")
+    path = str(kubeconfig(tmp_path / "flag", "https://flag:1")) if flag else None
+    configuration = client.Configuration()
+    load_config(configuration, path)
+    return str(configuration.host)
+
+
+@pytest.mark.parametrize(("flag", "env", "home", "used"), [
+    (True, True, True, "https://flag:1"),
+    (False, True, True, "https://env:1"),
+    (False, False, True, "https://home:1"),
+], ids=["flag-first", "then-KUBECONFIG", "then-home"])
+def test_the_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: bool, env: bool,
+                   home: bool, used: str) -> None:
+    assert host(tmp_path, monkeypatch, flag, env, home) == used
+
+
+def test_nothing_usable_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises((config.ConfigException, OSError)):
+        host(tmp_path, monkeypatch, False, False, False)
