@@ -25,8 +25,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, crds
 from kuzk.actions import ReleaseWorker
-from kuzk.controller import Controller, controller_of
+from kuzk.controller import Controller
 from kuzk.kubeconfig import load_config
+from kuzk.observe import controller_of
 from kuzk.peering import Peering
 from kuzk.pods import PodSettings
 

@@ -32,7 +32,13 @@ from kuzk.actions import (
     Refusal,
     ReleaseWorker,
 )
-from kuzk.observe import is_deleting, release_action, worker_outcome
+from kuzk.observe import (
+    controlled_by,
+    controller_of,
+    is_deleting,
+    release_action,
+    worker_outcome,
+)
 from kuzk.partitions import POD_REFUSED, refusal_backoff
 from kuzk.pods import PodSettings
 from kuzk.reconcile import reconcile
@@ -44,14 +50,6 @@ POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
 Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
-
-
-def controller_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The pod's controlling ProofJob reference, or None (orphaned with --cascade=orphan)."""
-    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if owner.get("kind") == api.PROOFJOB_KIND and owner.get("controller"):
-            return dict(owner)
-    return None
 
 
 class Conflict(Exception):
@@ -435,7 +433,7 @@ class Controller:
 
 def pods_of(pods: Iterable[Body], uid: str) -> list[Body]:
     """The pods controlled by the job with this UID."""
-    return [p for p in pods if (controller_of(p) or {}).get("uid") == uid]
+    return [p for p in pods if controlled_by(p, uid)]
 
 
 def without_nulls(value: Any) -> Any:

@@ -74,10 +74,19 @@ def pod_identity(pod: Mapping[str, Any]) -> tuple[int, int] | None:
     return int(partition), int(attempt)
 
 
+def controller_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod's controlling ProofJob reference, or None (orphaned with --cascade=orphan, or
+    not a partition pod): with ``pod_identity``, the one rule of which job and partition a
+    pod belongs to."""
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == api.PROOFJOB_KIND and owner.get("controller"):
+            return dict(owner)
+    return None
+
+
 def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
-    """Whether the pod's controller is the object with this UID (not a deleted namesake)."""
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(owner.get("controller") and owner.get("uid") == uid for owner in owners)
+    """Whether the pod's controller is the ProofJob with this UID (not a deleted namesake)."""
+    return (controller_of(pod) or {}).get("uid") == uid
 
 
 def is_finished(pod: Mapping[str, Any]) -> bool:

@@ -29,8 +29,8 @@ from typing import Any
 
 from kuzk import api, workerstatus
 from kuzk.clock import Gone, WorkQueue
-from kuzk.controller import Body, Controller, JobGone, controller_of, pods_of
-from kuzk.observe import worker_outcome
+from kuzk.controller import Body, Controller, JobGone, pods_of
+from kuzk.observe import controller_of, worker_outcome
 
 log = logging.getLogger("kuzk.runtime")
 SWEEP_SECONDS = 30.0
