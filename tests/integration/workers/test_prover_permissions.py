@@ -27,6 +27,7 @@ from tests.integration.helpers import DOWNWARD, pod, wait_phase
 from tests.integration.workers.conftest import delete_worker_status, read_worker_status
 from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import ProcessKubelet
+from tests.testenv.waiting import wait_for
 
 FILES = Path(__file__).parents[3] / "charts" / "kuzk" / "files"
 PROGRAM = Path(__file__).parent / "programs" / "prover_permissions.py"
@@ -84,6 +85,27 @@ def binding(role: str, namespace: str, account: str) -> dict[str, Any]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
     }
+
+
+def policy_in_force(cluster: Cluster, namespace: str, node: str, other: str) -> bool:
+    """Whether the node policy refuses a prover's write to another node's WorkerStatus yet:
+    a policy takes a moment after its creation to be in force. The probe is a dry-run write
+    as the prover's pod-bound token would make it (impersonated, with its node claim)."""
+    probe = client.ApiClient(cluster.api.configuration)
+    probe.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:prover")
+    probe.set_default_header(
+        "Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
+    custom = client.CustomObjectsApi(probe)
+    current = read_worker_status(cluster.api, other)
+    try:
+        custom.replace_cluster_custom_object_status(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, other, current,
+            dry_run="All")
+    except ApiException as error:
+        return error.status == 403 and "own node" in str(error.body)
+    finally:
+        probe.close()
+    return False
 
 
 def run_program(
@@ -153,6 +175,8 @@ def test_prover_writes_only_its_own_nodes_worker_status(
     ]
     try:
         with cluster_objects(admin, rbac + renamed(load("worker-node-policy.yaml"), suffix)):
+            wait_for(lambda: policy_in_force(cluster, namespace, node, other), 30,
+                     "the node policy in force")
             prover = run_program(cluster, namespace, "prover", "prover", "prover", other)
             listing = run_program(cluster, namespace, "lister", "lister", "lister", other)
     finally:
