@@ -3,6 +3,7 @@ message that names the value (real helm, no cluster)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,9 @@ def test_status_server_deployment_service_and_probes() -> None:
     scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": "9821",
               "prometheus.io/path": "/metrics"}
     assert pod["metadata"]["annotations"] == scrape
-    assert svc["metadata"]["annotations"] == scrape
+    # On the pods only: annotation-based discovery of pods and endpoints would otherwise
+    # scrape every replica twice.
+    assert "annotations" not in svc["metadata"]
     quiet = render("metrics.annotations=false", "statusServer.replicas=3")
     assert "annotations" not in one(quiet, "Service", "kz-kuzk-status")["metadata"]
     assert one(quiet, "Deployment", "kz-kuzk-status")["spec"]["replicas"] == 3
@@ -250,3 +253,18 @@ def test_operator_rbac_is_namespaced_when_it_watches_namespaces() -> None:
                                 "name": "kz-kuzk-operator"} for b in bindings)
     assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "kz-kuzk-operator",
                                   "namespace": "kuzk-system"}] for b in bindings)
+
+
+def test_values_in_args_are_quoted() -> None:
+    """A value with YAML syntax in it (": ", "#") reaches the flag as written."""
+    args = one(render("prover.command={python3,-c,print('a: b') # c}"), "Deployment",
+               "kz-kuzk-operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    (command,) = [a for a in args if a.startswith("--prover-command=")]
+    assert json.loads(command.removeprefix("--prover-command=")) == [
+        "python3", "-c", "print('a: b') # c"]
+    assert "--peering-lifetime=15" in args
+
+
+def test_an_umbrella_charts_global_values_are_accepted() -> None:
+    assert one(render("global.imageRegistry=registry.example"), "Deployment",
+               "kz-kuzk-operator")
