@@ -9,6 +9,7 @@ the worker protocol and the status server cannot disagree.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,14 @@ RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NAME_HASH_CHARS = 8
+
+
+def version() -> str:
+    """kuzk's version, as installed (the package metadata), for --version and build info."""
+    try:
+        return importlib.metadata.version("kuzk")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kuzk", description="kuzk: partitioned GPU proofs")
+    parser.add_argument("--version", action="version", version=f"kuzk {api.version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     op = sub.add_parser("operator", help="run the ProofJob operator (Kopf)")

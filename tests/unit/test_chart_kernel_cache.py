@@ -44,3 +44,4 @@ def test_operator_refuses_a_relative_path(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["operator", f"{FLAG}=/var/../etc"])
     assert "got '/var/../etc'" in capsys.readouterr().err
+

@@ -20,7 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from kuzk.api import PHASES, PROOF_KINDS, STATES
+from kuzk.api import PHASES, PROOF_KINDS, STATES, version
 from kuzk.status.history import DURATION_BUCKETS, IDLE_REASONS
 from kuzk.status.view import StatusView
 from kuzk.workerstatus import LaneStage, WorkerState
@@ -122,6 +122,10 @@ class ViewCollector(Collector):
             "Worker writes refused because the worker no longer held their assignment,"
             " summed over the WorkerStatuses' staleWritesRejected.",
             value=history.stale_total)
+        build = GaugeMetricFamily("kuzk_build_info", "kuzk's version; always 1.",
+                                  labels=["version"])
+        build.add_metric([version()], 1)
+        yield build
         yield GaugeMetricFamily("kuzk_status_view_age_seconds",
                                 "How far behind the API server the view may be.",
                                 value=view.age(now))

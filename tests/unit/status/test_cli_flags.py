@@ -57,3 +57,10 @@ def test_bad_flags_end_with_one_line_and_exit_2(argv: list[str], words: str,
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     assert words in lines[0] and "error" in lines[0]
+
+
+def test_kuzk_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli._parser().parse_args(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == "kuzk 0.1.0"

@@ -13,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from kuzk import api
 from kuzk.status.app import STATIC, make_app
 from kuzk.status.view import StatusView
 from tests.unit.status.builders import T0, node, part, proofjob, worker, workerstatus
@@ -266,3 +267,11 @@ async def test_metrics_wait_for_the_first_lists(http: Client, feed: Feed) -> Non
     assert "waiting for the first list of" in await early.text()
     feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[])
     assert (await http.get("/metrics")).status == 200
+
+
+async def test_metrics_carry_the_build_info(http: Client, feed: Feed) -> None:
+    feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[])
+    text = await (await http.get("/metrics")).text()
+    (build,) = [s for family in text_string_to_metric_families(text) for s in family.samples
+                if s.name == "kuzk_build_info"]
+    assert build.value == 1 and build.labels == {"version": api.version()}
