@@ -34,9 +34,10 @@ def _apply(cluster: Cluster, namespace: str, job: dict[str, Any], *extra: str) -
 
 
 @pytest.fixture
-def policy(cluster: Cluster, namespace: str) -> Iterator[None]:
+def policy(kuzk_installed: Cluster, namespace: str) -> Iterator[None]:
     """The chart's ProofJob policy with its default lists, bound to this test's namespace;
     returns once it is in force (a policy takes a moment after its creation)."""
+    cluster = kuzk_installed
     docs = chart_objects(cluster, "proofjob-policy.yaml")
     for doc in docs:
         doc["metadata"]["name"] += f"-{namespace}"
@@ -46,7 +47,8 @@ def policy(cluster: Cluster, namespace: str) -> Iterator[None]:
                 "kubernetes.io/metadata.name": namespace}}}
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     probe = proofjob("probe", prover=BAD["image"][0])
-    wait_for(lambda: _apply(cluster, namespace, probe, "--dry-run=server").returncode != 0,
+    wait_for(lambda: BAD["image"][1] in _apply(cluster, namespace, probe,
+                                               "--dry-run=server").stderr,
              30, "the policy in force")
     try:
         yield
