@@ -17,21 +17,15 @@ import secrets
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn, cast
+from typing import NoReturn
 
 import kopf
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
-from kuzk import api, crds
-from kuzk.actions import ReleaseWorker
-from kuzk.controller import Controller
+from kuzk import api, controller, crds
 from kuzk.kubeconfig import load_config
-from kuzk.observe import controller_of
-from kuzk.peering import Peering
+from kuzk.peering import Peering, PeeringError, ensure_peering
 from kuzk.pods import PodSettings
-
-PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 
 
 def _command(text: str) -> list[str]:
@@ -222,37 +216,6 @@ def _kubeconfig(text: str) -> str:
     return text
 
 
-def _ensure_peering(name: str, namespaces: Sequence[str]) -> None:
-    custom = client.CustomObjectsApi()
-    body = {"apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}", "metadata": {"name": name}}
-    try:
-        if namespaces:
-            for ns in namespaces:
-                custom.create_namespaced_custom_object(
-                    PEERING_GROUP,
-                    PEERING_VERSION,
-                    ns,
-                    "kopfpeerings",
-                    {**body, "kind": "KopfPeering"},
-                )
-        else:
-            custom.create_cluster_custom_object(
-                PEERING_GROUP,
-                PEERING_VERSION,
-                "clusterkopfpeerings",
-                {**body, "kind": "ClusterKopfPeering"},
-            )
-    except ApiException as e:
-        if e.status == 409:
-            return
-        if e.status == 404:
-            msg = (
-                "the kopf.dev peering CRDs are not installed: run `kuzk crds | kubectl apply -f -`"
-            )
-            raise SystemExit(f"error: {msg}") from e
-        raise SystemExit(f"error: cannot create peering object {name!r}: {e.reason}") from e
-
-
 def run_operator(args: argparse.Namespace) -> int:
     from kuzk import handlers
 
@@ -292,7 +255,11 @@ def run_operator(args: argparse.Namespace) -> int:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
         return 1
     if peering is not None:
-        _ensure_peering(args.peering, namespaces)
+        try:
+            ensure_peering(args.peering, namespaces)
+        except PeeringError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime
     kopf.run(
@@ -315,38 +282,7 @@ def release_finalizers(args: argparse.Namespace) -> int:
     except (config.ConfigException, OSError) as e:
         print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
         return 1
-    api_client = client.ApiClient()
-    ctl = Controller(api_client, PodSettings(image=""), lambda job, event: None)
-    selector = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
-    core = client.CoreV1Api(api_client)
-    custom = client.CustomObjectsApi(api_client)
-    namespaces = args.namespace or [None]
-    # Only pods a ProofJob of these namespaces controls: another pod that carries the label
-    # and the finalizer (some other tool's, or a copy) is not this release's to touch.
-    jobs: set[str] = set()
-    for ns in namespaces:
-        listed = cast(dict[str, Any], (
-            custom.list_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL)
-            if ns else
-            custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
-        ))
-        jobs |= {job["metadata"]["uid"] for job in listed["items"]}
-    listings = [
-        core.list_namespaced_pod(ns, label_selector=selector) if ns
-        else core.list_pod_for_all_namespaces(label_selector=selector)
-        for ns in namespaces
-    ]
-    done = 0
-    for listing in listings:
-        for item in listing.items:
-            pod: dict[str, Any] = api_client.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
-            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-            if (controller_of(pod) or {}).get("uid") not in jobs:
-                continue
-            if api.FINALIZER in (meta.get("finalizers") or []):
-                action = ReleaseWorker(meta["name"], meta["uid"], spec.get("nodeName"))
-                ctl.release(meta["namespace"], action, pod)
-                done += 1
+    done = controller.release_finalizers(client.ApiClient(), args.namespace)
     print(f"released {done} partition pod(s)")
     return 0
 

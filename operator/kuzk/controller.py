@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from kuzk import api, workers, workerstatus
 from kuzk.actions import (
@@ -48,6 +49,8 @@ RESYNC_SECONDS = 10.0
 ORPHAN_LOOK_SECONDS = 30.0
 POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
+EVENT_COMPONENT = "kuzk-operator"
+EVENT_MESSAGE_MAX = 1024
 Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
 
@@ -429,6 +432,81 @@ class Controller:
         for item in released:
             log.info("sweep released %s on %s", item, node_name)
         return released
+
+
+class EventRecorder:
+    """Posts the decisions' Events on their ProofJob as ``kuzk-operator`` (source and
+    reporting component; the reporting instance is the operator's pod), the way a Kubernetes
+    controller's recorder does, not as Kopf's generic poster would (``kopf``, instance
+    ``dev``). Posting is fire-and-forget on threads of its own: an Event that cannot be
+    posted is logged, never retried, and never holds up a sync."""
+
+    def __init__(self, api_client: client.ApiClient, instance: str) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.instance = instance
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kuzk-events")
+
+    def __call__(self, job: Body, event: Event) -> None:
+        self._pool.submit(self.post, job, event)
+
+    def post(self, job: Body, event: Event) -> None:
+        md = job.get("metadata") or {}
+        stamp = api.format_time(datetime.now(UTC))
+        body: Body = {
+            "metadata": {"generateName": f"{md.get('name')}.", "namespace": md.get("namespace")},
+            "involvedObject": {
+                "apiVersion": api.API_VERSION, "kind": api.PROOFJOB_KIND,
+                "name": md.get("name"), "namespace": md.get("namespace"), "uid": md.get("uid"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:EVENT_MESSAGE_MAX],
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(str(md.get("namespace")), body)  # type: ignore[arg-type]
+        except (ApiException, HTTPError, OSError) as error:
+            log.warning("could not post the Event %s on ProofJob %s: %s", event.reason,
+                        _name(job), getattr(error, "reason", None) or error)
+
+
+def release_finalizers(api_client: client.ApiClient, namespaces: Sequence[str]) -> int:
+    """``kuzk release-finalizers`` (the uninstall hook): release the worker of every partition
+    pod that a ProofJob of ``namespaces`` (empty: all) controls and drop its finalizer, so no
+    pod is left undeletable once the operator is gone. Another pod that carries the label and
+    the finalizer (some other tool's, or a copy) is left alone. Returns how many it released."""
+    ctl = Controller(api_client, PodSettings(image=""), lambda job, event: None)
+    selector = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    scopes: list[str | None] = list(namespaces) or [None]
+    jobs: set[str] = set()
+    for ns in scopes:
+        listed = cast(Body, (
+            custom.list_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL)
+            if ns else
+            custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
+        ))
+        jobs |= {job["metadata"]["uid"] for job in listed["items"]}
+    done = 0
+    for ns in scopes:
+        listing = (core.list_namespaced_pod(ns, label_selector=selector) if ns
+                   else core.list_pod_for_all_namespaces(label_selector=selector))
+        for item in listing.items:
+            pod: Body = api_client.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            if (controller_of(pod) or {}).get("uid") not in jobs:
+                continue
+            if api.FINALIZER in (meta.get("finalizers") or []):
+                action = ReleaseWorker(meta["name"], meta["uid"], spec.get("nodeName"))
+                ctl.release(meta["namespace"], action, pod)
+                done += 1
+    return done
 
 
 def pods_of(pods: Iterable[Body], uid: str) -> list[Body]:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import kopf
 from kubernetes import client
 
 from kuzk import api
-from kuzk.actions import Event
-from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller
+from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
 from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
@@ -50,10 +51,6 @@ def configure(settings: PodSettings, peering: Peering | None = None) -> kopf.Mem
     """Load the cluster configuration and return the memo to give ``kopf.run(memo=...)``."""
     load_config()
     return kopf.Memo(options=Options(settings, peering))
-
-
-def _post_event(job: dict[str, Any], event: Event) -> None:
-    kopf.event(cast(Any, job), type=event.type, reason=event.reason, message=event.message)
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -96,7 +93,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     # connections past its pool (10 on two cores) and pays a TLS handshake for each.
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + CALL_THREADS
-    controller = Controller(client.ApiClient(configuration), options.settings, _post_event)
+    api_client = client.ApiClient(configuration)
+    instance = os.environ.get("POD_NAME") or socket.gethostname()
+    controller = Controller(api_client, options.settings, EventRecorder(api_client, instance))
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
     runtime = Runtime(controller, caches)
     memo["runtime"] = runtime

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +29,34 @@ GROUP, VERSION = "kopf.dev", "v1"
 WATCH_TIMEOUT_S = 60
 RETRY_S = 2.0
 
+
+
+class PeeringError(Exception):
+    """The peering object Kopf needs cannot be made."""
+
+
+def ensure_peering(name: str, namespaces: Sequence[str]) -> None:
+    """Create the peering object Kopf's replicas share (per watched namespace, or one
+    cluster-wide), if absent; raise ``PeeringError`` saying why it cannot be made."""
+    custom = client.CustomObjectsApi()
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "metadata": {"name": name}}
+    try:
+        if namespaces:
+            for ns in namespaces:
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, "kopfpeerings", {**body, "kind": "KopfPeering"})
+        else:
+            custom.create_cluster_custom_object(
+                GROUP, VERSION, "clusterkopfpeerings", {**body, "kind": "ClusterKopfPeering"})
+    except ApiException as e:
+        if e.status == 409:
+            return
+        if e.status == 404:
+            msg = ("the kopf.dev peering CRDs are not installed:"
+                   " run `kuzk crds | kubectl apply -f -`")
+            raise PeeringError(msg) from e
+        msg = f"cannot create peering object {name!r}: {e.reason}"
+        raise PeeringError(msg) from e
 
 @dataclass(frozen=True)
 class Peering:

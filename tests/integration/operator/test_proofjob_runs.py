@@ -69,6 +69,10 @@ def test_snap_update_runs_16_partitions_on_4_gpus(cluster: Cluster, namespace: s
         namespace, field_selector="involvedObject.name=snap").items
     reasons = {e.reason for e in events}
     assert {"PartitionDone", "JobComplete"} <= reasons
+    # kuzk's Events say they come from kuzk, as a Kubernetes controller's do.
+    assert {e.source.component for e in events} == {"kuzk-operator"}
+    assert {e.reporting_component for e in events} == {"kuzk-operator"}
+    assert all(e.reporting_instance for e in events)
 
 
 def test_transient_failure_is_retried(cluster: Cluster, namespace: str, nodes, run_operator,
