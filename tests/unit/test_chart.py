@@ -268,3 +268,21 @@ def test_values_in_args_are_quoted() -> None:
 def test_an_umbrella_charts_global_values_are_accepted() -> None:
     assert one(render("global.imageRegistry=registry.example"), "Deployment",
                "kz-kuzk-operator")
+
+
+def test_the_uninstall_hook_runs_under_its_own_least_identity() -> None:
+    docs = render("operator.watchNamespaces={a}")
+    name = "kz-kuzk-release-finalizers"
+    job = one(docs, "Job", name)
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == name
+    hooks = [d for d in docs if d["metadata"]["name"] == name and d["kind"] != "Job"]
+    assert {d["kind"] for d in hooks} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                           "Role", "RoleBinding"}
+    for doc in hooks:  # made before the Job, removed with it
+        assert doc["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+        assert int(doc["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
+    assert _grants(one(docs, "ClusterRole", name)["rules"]) == {"workerstatuses",
+                                                                "workerstatuses/status"}
+    assert _grants(one(docs, "Role", name)["rules"]) == {"proofjobs", "pods"}
+    verbs = {v for r in one(docs, "Role", name)["rules"] for v in r["verbs"]}
+    assert not verbs & {"create", "delete", "update"}

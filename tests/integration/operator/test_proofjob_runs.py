@@ -65,10 +65,13 @@ def test_snap_update_runs_16_partitions_on_4_gpus(cluster: Cluster, namespace: s
     assert table[0].split() == ["NAME", "KIND", "PARTITIONS", "DONE", "PHASE", "AGE"]
     assert table[1].split()[:5] == ["snap", "snap-update", "16", "16", "Succeeded"]
 
-    events = cluster.core.list_namespaced_event(
-        namespace, field_selector="involvedObject.name=snap").items
-    reasons = {e.reason for e in events}
-    assert {"PartitionDone", "JobComplete"} <= reasons
+    def posted() -> list | None:  # Events are posted off the sync's path, a moment later
+        events = cluster.core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=snap").items
+        return events if {"PartitionDone", "JobComplete"} <= {e.reason for e in events} \
+            else None
+
+    events = wait_for(posted, 10, "the job's PartitionDone and JobComplete Events")
     # kuzk's Events say they come from kuzk, as a Kubernetes controller's do.
     assert {e.source.component for e in events} == {"kuzk-operator"}
     assert {e.reporting_component for e in events} == {"kuzk-operator"}
