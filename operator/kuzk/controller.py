@@ -50,6 +50,7 @@ ORPHAN_LOOK_SECONDS = 30.0
 POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
 EVENT_COMPONENT = "kuzk-operator"
+NOT_READY = "not yet ready to handle request"
 EVENT_MESSAGE_MAX = 1024
 Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
@@ -264,8 +265,11 @@ class Controller:
         except ApiException as e:
             if e.status == 409:
                 return None
-            if e.status in (400, 403, 422):
-                return Refusal(e.status, api_message(e))
+            message = api_message(e)
+            # A restarting API server answers 403 "not yet ready to handle request" until its
+            # admission plugins have synced: that is an outage, retried at once, not a refusal.
+            if e.status in (400, 403, 422) and NOT_READY not in message:
+                return Refusal(e.status, message)
             raise
 
     def _delete(self, ns: str, action: DeletePod) -> None:
