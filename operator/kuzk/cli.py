@@ -256,7 +256,7 @@ def run_operator(args: argparse.Namespace) -> int:
         return 1
     if peering is not None:
         try:
-            ensure_peering(args.peering, namespaces)
+            ensure_peering(client.ApiClient(), args.peering, namespaces)
         except PeeringError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -11,6 +11,7 @@ A peer that dies silently stops counting when its record expires, as in Kopf.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -30,33 +31,45 @@ WATCH_TIMEOUT_S = 60
 RETRY_S = 2.0
 
 
-
 class PeeringError(Exception):
     """The peering object Kopf needs cannot be made."""
 
 
-def ensure_peering(name: str, namespaces: Sequence[str]) -> None:
-    """Create the peering object Kopf's replicas share (per watched namespace, or one
-    cluster-wide), if absent; raise ``PeeringError`` saying why it cannot be made."""
-    custom = client.CustomObjectsApi()
+def ensure_peering(api_client: client.ApiClient, name: str, namespaces: Sequence[str]) -> None:
+    """Create the peering object Kopf's replicas share (one per watched namespace, or one
+    cluster-wide) where it is absent; raise ``PeeringError`` saying why one cannot be made."""
+    custom = client.CustomObjectsApi(api_client)
     body = {"apiVersion": f"{GROUP}/{VERSION}", "metadata": {"name": name}}
-    try:
-        if namespaces:
-            for ns in namespaces:
+    scopes: list[str | None] = list(namespaces) or [None]
+    for ns in scopes:
+        try:
+            if ns:
                 custom.create_namespaced_custom_object(
                     GROUP, VERSION, ns, "kopfpeerings", {**body, "kind": "KopfPeering"})
-        else:
-            custom.create_cluster_custom_object(
-                GROUP, VERSION, "clusterkopfpeerings", {**body, "kind": "ClusterKopfPeering"})
-    except ApiException as e:
-        if e.status == 409:
-            return
-        if e.status == 404:
-            msg = ("the kopf.dev peering CRDs are not installed:"
-                   " run `kuzk crds | kubectl apply -f -`")
+            else:
+                custom.create_cluster_custom_object(
+                    GROUP, VERSION, "clusterkopfpeerings", {**body, "kind": "ClusterKopfPeering"})
+        except ApiException as e:
+            if e.status == 409:  # exists: the next namespace may still lack its own
+                continue
+            if e.status == 404 and ns and _not_found_kind(e) == "namespaces":
+                msg = f"cannot create peering object {name!r}: namespace {ns!r} does not exist"
+                raise PeeringError(msg) from e
+            if e.status == 404:
+                msg = ("the kopf.dev peering CRDs are not installed:"
+                       " run `kuzk crds | kubectl apply -f -`")
+                raise PeeringError(msg) from e
+            msg = f"cannot create peering object {name!r}: {e.reason}"
             raise PeeringError(msg) from e
-        msg = f"cannot create peering object {name!r}: {e.reason}"
-        raise PeeringError(msg) from e
+
+
+def _not_found_kind(error: ApiException) -> str | None:
+    """What a 404's Status says was not found (``namespaces``, ...), if it says."""
+    try:
+        return str(json.loads(error.body or "{}").get("details", {}).get("kind"))
+    except (ValueError, AttributeError):
+        return None
+
 
 @dataclass(frozen=True)
 class Peering:
