@@ -252,8 +252,7 @@ def run_operator(args: argparse.Namespace) -> int:
             peering,
         )
     except (config.ConfigException, OSError) as e:
-        print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
-        return 1
+        return _no_configuration(e)
     if peering is not None:
         try:
             ensure_peering(client.ApiClient(), args.peering, namespaces)
@@ -276,12 +275,16 @@ def run_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_configuration(error: Exception) -> int:
+    print(f"error: no Kubernetes configuration: {error}", file=sys.stderr)
+    return 1
+
+
 def release_finalizers(args: argparse.Namespace) -> int:
     try:
         load_config()
     except (config.ConfigException, OSError) as e:
-        print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
-        return 1
+        return _no_configuration(e)
     done = controller.release_finalizers(client.ApiClient(), args.namespace)
     print(f"released {done} partition pod(s)")
     return 0
@@ -295,8 +298,7 @@ def run_status_server(args: argparse.Namespace) -> int:
     try:
         load_config(configuration, args.kubeconfig)
     except (config.ConfigException, OSError) as e:
-        print(f"error: no Kubernetes configuration: {e}", file=sys.stderr)
-        return 1
+        return _no_configuration(e)
     source = app.Source(configuration, tuple(args.namespace))
     try:
         app.serve(source, host=args.host, port=args.port, keep_finished=args.keep_finished,

@@ -265,12 +265,10 @@ class Controller:
         except ApiException as e:
             if e.status == 409:
                 return None
-            message = api_message(e)
-            # A restarting API server answers 403 "not yet ready to handle request" until its
-            # admission plugins have synced: that is an outage, retried at once, not a refusal.
-            if e.status in (400, 403, 422) and NOT_READY not in message:
-                return Refusal(e.status, message)
-            raise
+            refused = refusal(e.status, api_message(e))
+            if refused is None:
+                raise
+            return refused
 
     def _delete(self, ns: str, action: DeletePod) -> None:
         opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid))
@@ -525,6 +523,16 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [without_nulls(v) for v in value]
     return value
+
+
+def refusal(status: int, message: str) -> Refusal | None:
+    """The Refusal an error answer to a pod create is (400 and 422 invalid, 403 forbidden: Pod
+    Security admission, a ResourceQuota, RBAC), or None for an outage to retry at once. A
+    restarting API server answers 403 "not yet ready to handle request" until its admission
+    plugins have synced: that is an outage."""
+    if status in (400, 403, 422) and NOT_READY not in message:
+        return Refusal(status, message)
+    return None
 
 
 def api_message(error: ApiException) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
 from kuzk.workers import (
     Acquired,
@@ -51,8 +51,7 @@ class CountingClient(client.ApiClient):
 
 
 def counting_client(cluster: Cluster) -> CountingClient:
-    configuration = client.Configuration()
-    config.load_kube_config(str(cluster.kubeconfig), client_configuration=configuration)
+    configuration = cluster.api.configuration
     return CountingClient(configuration)
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuzk import api as kapi
@@ -208,8 +208,7 @@ def test_continuous_conflict_gives_up_with_a_clear_error(
     node = worker_status()
     a = make_assignment()
     claim(admin, node, GPUS[0], a)
-    configuration = client.Configuration()
-    config.load_kube_config(str(cluster.kubeconfig), client_configuration=configuration)
+    configuration = cluster.api.configuration
     bumping = BumpingClient(configuration, lambda: heartbeat(admin, node, a))
     with pytest.raises(WorkerWriteConflict, match=f"WorkerStatus {node}: still conflicting"):
         guarded_write(

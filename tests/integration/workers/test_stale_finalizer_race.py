@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from kuzk import api as kapi
 from kuzk.workers import (
@@ -67,8 +67,7 @@ class HeldClient(client.ApiClient):
 
 
 def held_client(cluster: Cluster, hold: Callable[[], None]) -> HeldClient:
-    configuration = client.Configuration()
-    config.load_kube_config(str(cluster.kubeconfig), client_configuration=configuration)
+    configuration = cluster.api.configuration
     return HeldClient(configuration, hold)
 
 
