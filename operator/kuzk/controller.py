@@ -127,7 +127,8 @@ class Controller:
             if wrote is not None:
                 replaced.append(decided_on["metadata"]["resourceVersion"])
                 written = job = wrote
-            _log_refusals(job, refused, decision.status)
+            if refused:
+                _log_refusals(job, refused, decision.status)
             by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
             made, freed, refused = self._apply(job, decision, by_name, early)
             created += made
