@@ -300,7 +300,13 @@ class ControlPlane:
     def apiserver_down(self, timeout: float = 60.0) -> Iterator[None]:
         """Stop kube-apiserver (SIGTERM, as a rolling restart does) for the body of the
         ``with``, then start it again on the same port and wait until it is ready. Clients
-        see refused connections meanwhile; etcd keeps every object."""
+        see refused connections meanwhile; etcd keeps every object.
+
+        kube-controller-manager and kube-scheduler are restarted once it is back: their
+        informers otherwise resume after a backoff of up to a minute, so a later test's node
+        stayed tainted not-ready, or its pod unscheduled (or bound to a deleted node), for that
+        long. What is tested here is kuzk's and the kubelet's ride through the outage, not
+        those components'."""
         comp = self.component("kube-apiserver")
         assert comp.proc is not None
         stop_group(comp.proc)
@@ -308,7 +314,16 @@ class ControlPlane:
             yield
         finally:
             self._spawn(comp)
-            self._wait(comp, time.monotonic() + timeout)
+            deadline = time.monotonic() + timeout
+            self._wait(comp, deadline)
+            loops = [c for c in self.components
+                     if c.name in ("kube-controller-manager", "kube-scheduler")]
+            for loop in loops:
+                if loop.proc is not None:
+                    stop_group(loop.proc)
+                self._spawn(loop)
+            for loop in loops:
+                self._wait(loop, deadline)
 
     # --- kubeconfigs -------------------------------------------------------------------
     def admin_kubeconfig(self) -> dict[str, object]:
