@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.integration.helpers import gated, read_pod
 from tests.testenv.cluster import Cluster
@@ -25,20 +25,23 @@ def test_high_priority_pod_preempts(cluster: Cluster, namespace: str, nodes,
                                                             priorityClassName=low))
         wait_for(lambda: (tmp_path / "victim.started").exists(), 60, "victim running")
 
-        seen_disruption: list[bool] = []
-
-        def victim_disrupted_and_gone() -> bool:
-            p = read_pod(cluster.core, namespace, "victim")
-            if p is None:
-                return True
-            if any(c.type == "DisruptionTarget" and c.status == "True"
-                   for c in p.status.conditions or []):
-                seen_disruption.append(True)
-            return False
-
+        # A watch sees every version of the victim, so the short-lived DisruptionTarget
+        # condition cannot fall between two polls.
+        victim = cluster.core.read_namespaced_pod("victim", namespace)
+        stream = watch.Watch()
         cluster.core.create_namespaced_pod(namespace, gated("preemptor", tmp_path,
                                                             priorityClassName=high))
-        wait_for(victim_disrupted_and_gone, 60, "victim preempted", interval=0.02)
+        seen_disruption = False
+        for event in stream.stream(cluster.core.list_namespaced_pod, namespace,
+                                   field_selector="metadata.name=victim",
+                                   resource_version=victim.metadata.resource_version,
+                                   timeout_seconds=60):
+            pod = event["object"]
+            seen_disruption |= any(c.type == "DisruptionTarget" and c.status == "True"
+                                   for c in pod.status.conditions or [])
+            if event["type"] == "DELETED":
+                stream.stop()
+        assert read_pod(cluster.core, namespace, "victim") is None, "victim not preempted"
         assert seen_disruption, "victim never carried the DisruptionTarget condition"
         assert (tmp_path / "victim.sigterm").exists()
         wait_for(lambda: (tmp_path / "preemptor.started").exists(), 60, "preemptor running")
