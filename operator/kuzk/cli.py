@@ -130,6 +130,12 @@ def _parser() -> argparse.ArgumentParser:
         " (repeatable); a ProofJob naming another is Rejected. Default: any class",
     )
     op.add_argument(
+        "--ledger", type=_ledger, default=None, metavar="NAMESPACE/NAME",
+        help="ConfigMap where what deleted ProofJobs and WorkerStatuses counted is kept, so"
+        " the status server's counters never go down (give the status server the same)."
+        " Default: none, the counters count what exists",
+    )
+    op.add_argument(
         "--liveness-endpoint",
         default=None,
         metavar="URL",
@@ -172,6 +178,11 @@ def _parser() -> argparse.ArgumentParser:
         default="nvidia.com/gpu",
         help="extended resource name of one GPU, as the operator's (default nvidia.com/gpu)",
     )
+    st.add_argument(
+        "--ledger", type=_ledger, default=None, metavar="NAMESPACE/NAME",
+        help="the operator's ledger ConfigMap: its counters then include what deleted objects"
+        " counted and never go down. Default: none, the counters count what exists",
+    )
     st.add_argument("--log-format", choices=["plain", "json"], default="plain")
     return parser
 
@@ -190,11 +201,23 @@ def _port(text: str) -> int:
     return int(text)
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+
+
 def _namespace(text: str) -> str:
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+    if not re.fullmatch(_DNS_LABEL, text):
         msg = f"expected a namespace name (a DNS label), got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return text
+
+
+def _ledger(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not (re.fullmatch(_DNS_LABEL, namespace) and len(name) <= 253
+            and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name)):
+        msg = f"expected NAMESPACE/NAME of a ConfigMap, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return namespace, name
 
 
 _DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
@@ -250,6 +273,7 @@ def run_operator(args: argparse.Namespace) -> int:
                 allowed_priority_classes=tuple(args.allowed_priority_class),
             ),
             peering,
+            args.ledger,
         )
     except (config.ConfigException, OSError) as e:
         return _no_configuration(e)
@@ -299,7 +323,7 @@ def run_status_server(args: argparse.Namespace) -> int:
         load_config(configuration, args.kubeconfig)
     except (config.ConfigException, OSError) as e:
         return _no_configuration(e)
-    source = app.Source(configuration, tuple(args.namespace))
+    source = app.Source(configuration, tuple(args.namespace), args.ledger)
     try:
         app.serve(source, host=args.host, port=args.port, keep_finished=args.keep_finished,
                   gpu_resource=args.gpu_resource)

@@ -33,6 +33,8 @@ from kuzk.actions import (
     Refusal,
     ReleaseWorker,
 )
+from kuzk.ledger import proofjob_tally
+from kuzk.ledger_store import LedgerStore
 from kuzk.observe import (
     controlled_by,
     controller_of,
@@ -84,6 +86,7 @@ class Controller:
     api_client: client.ApiClient
     settings: PodSettings
     post_event: Poster
+    ledger: LedgerStore | None = None
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api_client)
@@ -281,6 +284,9 @@ class Controller:
 
     def _delete_job(self, job: Body, action: DeleteJob) -> None:
         md = job["metadata"]
+        if self.ledger is not None:
+            # What it counted stays counted (kuzk.ledger), before it can be gone.
+            self.ledger.fold([(md["uid"], proofjob_tally(job))])
         log.info("deleting ProofJob %s/%s: %s", md["namespace"], md["name"], action.reason)
         opts = client.V1DeleteOptions(
             propagation_policy="Background",

@@ -23,6 +23,7 @@ from kubernetes import client
 from kuzk import api
 from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
 from kuzk.kubeconfig import load_config
+from kuzk.ledger_store import FoldQueue, LedgerStore
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
 from kuzk.runtime import Caches, Runtime, pod_keys, slim
@@ -45,12 +46,14 @@ class Options:
 
     settings: PodSettings
     peering: Peering | None = None
+    ledger: tuple[str, str] | None = None  # the ledger's ConfigMap: namespace, name
 
 
-def configure(settings: PodSettings, peering: Peering | None = None) -> kopf.Memo:
+def configure(settings: PodSettings, peering: Peering | None = None,
+              ledger: tuple[str, str] | None = None) -> kopf.Memo:
     """Load the cluster configuration and return the memo to give ``kopf.run(memo=...)``."""
     load_config()
-    return kopf.Memo(options=Options(settings, peering))
+    return kopf.Memo(options=Options(settings, peering, ledger))
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -95,9 +98,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + CALL_THREADS
     api_client = client.ApiClient(configuration)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
-    controller = Controller(api_client, options.settings, EventRecorder(api_client, instance))
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
-    runtime = Runtime(controller, caches)
+    store = LedgerStore(api_client, *options.ledger, caches.uids) if options.ledger else None
+    controller = Controller(api_client, options.settings, EventRecorder(api_client, instance),
+                            store)
+    runtime = Runtime(controller, caches, FoldQueue(store) if store else None)
     memo["runtime"] = runtime
     if options.peering is not None:
         watch = PeerWatch(controller.api_client, options.peering, runtime.on_peering)
@@ -130,8 +135,9 @@ async def kuzk_workers(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
 async def proofjob_event(type: str | None, namespace: str | None, name: str, uid: str,
-                         meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
-    _runtime(memo).on_job(type, namespace or "", name, uid, meta.get("resourceVersion"))
+                         meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _runtime(memo).on_job(type, namespace or "", name, uid, meta.get("resourceVersion"),
+                          body if type == "DELETED" else None)
 
 
 @kopf.on.event("", "v1", "pods", labels=POD_FILTER)

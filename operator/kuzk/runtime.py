@@ -27,9 +27,10 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuzk import api, workerstatus
+from kuzk import api, ledger, workerstatus
 from kuzk.clock import Gone, WorkQueue
 from kuzk.controller import Body, Controller, JobGone, pods_of
+from kuzk.ledger_store import FoldQueue
 from kuzk.observe import controller_of, worker_outcome
 
 log = logging.getLogger("kuzk.runtime")
@@ -75,6 +76,12 @@ class Caches:
 
     def worker_statuses(self) -> list[Body]:
         return [ws for node in list(self._ws) for ws in self._ws.get(node, ())]
+
+    def uids(self) -> set[str]:
+        """The UIDs of every ProofJob and WorkerStatus in the cache."""
+        bodies = [*(j for key in list(self._jobs) for j in self._jobs.get(key, ())),
+                  *self.worker_statuses()]
+        return {(b.get("metadata") or {}).get("uid", "") for b in bodies}
 
 
 def slim(body: Mapping[str, Any]) -> Body:
@@ -165,9 +172,11 @@ class JobState:
 class Runtime:
     """See the module docstring. Handlers call the ``on_*`` methods; nothing else writes."""
 
-    def __init__(self, controller: Controller, caches: Caches) -> None:
+    def __init__(self, controller: Controller, caches: Caches,
+                 folds: FoldQueue | None = None) -> None:
         self.controller = controller
         self.caches = caches
+        self.folds = folds
         self.queue = WorkQueue(self._work, describe=_describe)
         self.jobs: dict[JobKey, JobState] = {}
         self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
@@ -175,12 +184,15 @@ class Runtime:
 
     # --- events --------------------------------------------------------------------------
     def on_job(self, event: str | None, namespace: str, name: str, uid: str,
-               resource_version: str | None = None) -> None:
+               resource_version: str | None = None, body: Mapping[str, Any] | None = None
+               ) -> None:
         if event != "DELETED":
             if not self._own_write(namespace, name, resource_version):
                 self.queue.kick(("job", namespace, name))
             return
         self._forget_job(namespace, name)
+        if body is not None and self.folds is not None:
+            self.folds.add(uid, ledger.proofjob_tally(body))
         # A ProofJob deleted with any propagation policy: its pods are settled as orphans.
         for pod in pods_of(self.caches.job_pods(namespace, name), uid):
             self.queue.kick(("pod", namespace, (pod.get("metadata") or {}).get("name", "")))
@@ -211,6 +223,9 @@ class Runtime:
         new = assignments(body) if event != "DELETED" else {}
         if event == "DELETED":
             self.queue.forget(("sweep", node))
+            if self.folds is not None:
+                uid = (body.get("metadata") or {}).get("uid", "")
+                self.folds.add(uid, ledger.workerstatus_tally(body))
         else:
             self.node_workers[node] = new
             self.queue.later(("sweep", node), SWEEP_SECONDS)
@@ -320,6 +335,8 @@ class Runtime:
 
     async def close(self) -> None:
         await self.queue.close()
+        if self.folds is not None:
+            await self.folds.close()
 
 
 def _describe(key: Hashable) -> str:

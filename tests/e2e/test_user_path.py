@@ -36,7 +36,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kuzk import api, crds
+from kuzk import api, crds, ledger
 from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job
 from tests.testenv import prometheus
 from tests.testenv.cluster import Cluster
@@ -401,6 +401,28 @@ def test_5_rbac_is_minimal(release: Release) -> None:
     assert "Forbidden" in _as(r, "kuzk-prover", "get", "pj", name)
     job = get_job(r.cluster, r.namespace, name)
     assert job is not None and "touched" not in (job["metadata"].get("labels") or {})
+
+    # The ledger, and no other ConfigMap: the operator may replace it, the status server read
+    # it; a finished job deleted stays counted on every replica.
+    ledger_cm = f"configmaps/{RELEASE}-kuzk-ledger"
+    assert _can(r, OPERATOR, "update", ledger_cm)
+    assert not _can(r, OPERATOR, "update", "configmaps/other")
+    assert _can(r, STATUS, "watch", ledger_cm)
+    assert not _can(r, STATUS, "get", "configmaps/other")
+    before = [get_status(p)["counters"]["total_completed"] for p in status_pods(r)]
+    r.cluster.kubectl("delete", "pj", name, "-n", r.namespace, "--wait=true")
+
+    def folded() -> bool:
+        found = r.cluster.core.list_namespaced_config_map(
+            r.namespace, field_selector=f"metadata.name={RELEASE}-kuzk-ledger").items
+        return any(job["metadata"]["uid"] in ledger.parse({"data": cm.data}).folded
+                   for cm in found)
+
+    wait_for(folded, 30, "the operator folding the deleted job into the ledger")
+    wait_for(lambda: not any(p["job_id"] == f"{r.namespace}/{name}"
+                             for pod in status_pods(r) for p in get_status(pod)["pipelines"]),
+             30, "the deleted job gone from /status")
+    assert [get_status(p)["counters"]["total_completed"] for p in status_pods(r)] == before
 
 
 # --- 6. uninstall ---------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """ARCHITECTURE.md's direction of imports, checked on the source: the status server imports of
-the operator's package only ``api`` and ``workerstatus``; the pure decision knows neither Kopf
-nor the Kubernetes client; the prover imports the operator's package in ``reporter`` and
-``entrypoint``, ``inputs`` its vocabulary (``kuzk.api``, the one table of proof kinds) and
-its proving core nothing of it."""
+the operator's package only ``api``, ``workerstatus`` and ``ledger`` (pure models); the pure
+decision knows neither Kopf nor the Kubernetes client; the prover imports the operator's
+package in ``reporter`` and ``entrypoint``, ``inputs`` its vocabulary (``kuzk.api``, the one
+table of proof kinds) and its proving core nothing of it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = ROOT / "operator" / "kuzk"
 PROVER = ROOT / "prover_image" / "kuzk_prover"
-PURE = ("api", "actions", "workerstatus", "observe", "pods", "partitions", "conditions",
+PURE = ("api", "actions", "workerstatus", "ledger", "observe", "pods", "partitions", "conditions",
         "reconcile", "ranges")
 
 
@@ -35,8 +35,8 @@ def of_operator(names: set[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("path", sorted((OPERATOR / "status").glob("*.py")), ids=lambda p: p.name)
-def test_the_status_server_imports_only_api_and_workerstatus(path: Path) -> None:
-    allowed = ("kuzk.api", "kuzk.workerstatus", "kuzk.status")
+def test_the_status_server_imports_only_api_workerstatus_and_ledger(path: Path) -> None:
+    allowed = ("kuzk.api", "kuzk.workerstatus", "kuzk.ledger", "kuzk.status")
     wrong = {n for n in of_operator(imported(path)) - {"kuzk"}
              if not n.startswith(allowed)}
     assert not wrong, f"{path.name} imports {sorted(wrong)}"

@@ -43,6 +43,11 @@ prometheus.io/path: /metrics
 {{- printf "%s-kuzk" .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The ConfigMap where the operator keeps what deleted objects counted (kuzk.ledger). */}}
+{{- define "kuzk.ledgerName" -}}
+{{ include "kuzk.fullname" . | trunc 56 | trimSuffix "-" }}-ledger
+{{- end }}
+
 {{- define "kuzk.proverRole" -}}
 {{ include "kuzk.fullname" . }}-prover
 {{- end }}

@@ -15,6 +15,7 @@ from typing import Any
 
 from kuzk import api, workerstatus
 from kuzk.api import DONE, FAILED, FINISHED_PHASES, PENDING, SCHEDULED, TERMINAL_STATES
+from kuzk.ledger import Tally
 from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
 from kuzk.status.objects import Job, Node, Pod, WorkerNode
 
@@ -51,6 +52,7 @@ class Snapshot:
     nodes: Iterable[Node]
     pods: Mapping[PodKey, Pod]
     history: History
+    counts: Tally
 
 
 def pod_key(namespace: str, job_label: str, partition: int, attempt: int) -> PodKey:
@@ -251,13 +253,12 @@ def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[st
 
 
 def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> dict[str, Any]:
-    history = snap.history
     completed: Counter[str] = Counter()
     failed: Counter[str] = Counter()
-    for (namespace, kind), n in history.completed.items():
+    for (namespace, kind), n in snap.counts.completed.items():
         if filters.admits(namespace, kind):
             completed[kind] += n
-    for (namespace, kind), n in history.failed.items():
+    for (namespace, kind), n in snap.counts.failed.items():
         if filters.admits(namespace, kind):
             failed[kind] += n
     kinds = sorted(set(api.PROOF_KINDS) | set(completed) | set(failed))
@@ -267,7 +268,7 @@ def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> dict[str, Any
         "completed_by_kind": {kind: completed[kind] for kind in kinds},
         "failed_by_kind": {kind: failed[kind] for kind in kinds},
         "queue_depth": sum(p.state in QUEUED_STATES for j in jobs for p in j.partitions),
-        "stale_writes_rejected": history.stale_total,
+        "stale_writes_rejected": snap.counts.stale_writes_rejected,
     }
 
 

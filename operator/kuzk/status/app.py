@@ -39,10 +39,12 @@ NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class Source:
-    """Where the view's objects come from: the API server and the namespaces to watch."""
+    """Where the view's objects come from: the API server, the namespaces to watch and the
+    ledger's ConfigMap (namespace, name; ``kuzk.ledger``)."""
 
     configuration: client.Configuration
     namespaces: Sequence[str] = field(default_factory=tuple)
+    ledger: tuple[str, str] | None = None
 
 
 VIEW = web.AppKey("view", StatusView)
@@ -119,7 +121,8 @@ async def status(request: web.Request) -> web.StreamResponse:
 async def prometheus(request: web.Request) -> web.Response:
     view = request.app[VIEW]
     if not view.ready:
-        # Counters read before the first lists are in would start from an incomplete baseline.
+        # Counters read before every first list is in (the ledger's included) would miss what
+        # the objects not listed yet count, and go up later by what never happened then.
         waiting = ", ".join(sorted(name for name, w in view.watches.items() if not w.listed))
         return web.Response(status=503,
                             text=f"not ready: waiting for the first list of {waiting}\n")
@@ -146,7 +149,7 @@ async def index(request: web.Request) -> web.FileResponse:
 async def _watching(app: web.Application) -> AsyncIterator[None]:
     source = app[SOURCE]
     kube = KubeClient(source.configuration)
-    watches = Watches.start(kube, app[VIEW], list(source.namespaces))
+    watches = Watches.start(kube, app[VIEW], list(source.namespaces), source.ledger)
     try:
         yield
     finally:

@@ -2,10 +2,9 @@
 
 The objects say what is true now; a screen also needs what was true a moment ago: how long a
 GPU spent in its GPU phase over the last ten minutes and why it was idle otherwise, how long a
-partition has been in its state, how many partitions finished while the server ran.
-``History`` is fed every object the watches deliver, with the time it arrived, and keeps
-exactly that. Its counters only go up (Prometheus semantics: a restarted server starts them
-again from what its first lists show).
+partition has been in its state. ``History`` is fed every object the watches deliver, with
+the time it arrived, and keeps exactly that. What finished is the objects' to say, and the
+ledger's once they are gone: the view counts it (``kuzk.ledger``), not the history.
 
 A GPU's time is split into modes, one at a time, so that they add up to the wall time since
 the server first saw it: ``busy`` while a lane holds its GPU phase (nothing else is busy), else
@@ -18,20 +17,15 @@ without lanes follow the ProofJobs too: the view classifies again when its queue
 
 from __future__ import annotations
 
-import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kuzk import workerstatus
-from kuzk.api import DONE, FAILED
 from kuzk.status.objects import Job, WorkerNode
 
 WINDOW_S = 600.0
 STRIP_CELLS = 20
-DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0,
-                    1800.0, math.inf)
-DURATION_STAGES = (("synthesis", "synth_ms"), ("gpu", "gpu_ms"))
 
 
 BUSY, CPU, UNKNOWN, SCHEDULING, NO_WORK = "busy", "cpu", "unknown", "scheduling", "no_work"
@@ -121,33 +115,11 @@ class WorkerTrack:
         return self.between(start, end, BUSY)
 
 
-@dataclass
-class Histogram:
-    """Cumulative bucket counts in seconds, as Prometheus wants them."""
-
-    buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
-    total: float = 0.0
-    count: int = 0
-
-    def observe(self, seconds: float) -> None:
-        for i, bound in enumerate(DURATION_BUCKETS):
-            if seconds <= bound:
-                self.buckets[i] += 1
-        self.total += seconds
-        self.count += 1
-
-
 class History:
     def __init__(self, started: float) -> None:
         self.started = started
         self.workers: dict[tuple[str, str], WorkerTrack] = {}
         self.partition_since: dict[tuple[str, int], tuple[str, int, float]] = {}
-        self.counted: dict[str, dict[int, str]] = {}
-        self.completed: Counter[tuple[str, str]] = Counter()
-        self.failed: Counter[tuple[str, str]] = Counter()
-        self.durations: dict[tuple[str, str], Histogram] = {}
-        self.stale_seen: dict[str, int] = {}
-        self.stale_total = 0
 
     def copy(self) -> History:
         """What the aggregation reads, copied, so it can render in another thread while the
@@ -156,60 +128,29 @@ class History:
         twin.workers = {k: replace(t, intervals=deque(t.intervals), closed=dict(t.closed))
                         for k, t in self.workers.items()}
         twin.partition_since = dict(self.partition_since)
-        twin.completed, twin.failed = Counter(self.completed), Counter(self.failed)
-        twin.stale_total = self.stale_total
         return twin
 
     def window_start(self, now: float) -> float:
         return max(now - WINDOW_S, self.started)
 
-    def saw_job(self, job: Job, now: float, baseline: bool = False) -> None:
-        """Track the job's partitions; count those that finished since it was last seen (with
-        ``baseline``, those already finished are only marked: they ended before this server
-        started, and counting them would invent increases after every restart)."""
-        counted = self.counted.setdefault(job.uid, {})
+    def saw_job(self, job: Job, now: float) -> None:
+        """Track since when each of the job's partitions is in its state."""
         for p in job.partitions:
             slot = (job.uid, p.index)
             previous = self.partition_since.get(slot)
             if previous is None or previous[:2] != (p.state, p.attempt):
                 self.partition_since[slot] = (p.state, p.attempt, now)
-            if p.state not in (DONE, FAILED) or p.index in counted:
-                continue
-            counted[p.index] = p.state
-            if baseline:
-                continue
-            bucket = (job.namespace, job.proof_kind)
-            if p.state == FAILED:
-                self.failed[bucket] += 1
-                continue
-            self.completed[bucket] += 1
-            for stage, attr in DURATION_STAGES:
-                millis = getattr(p, attr)
-                if millis is not None:
-                    self.durations.setdefault((job.proof_kind, stage), Histogram()).observe(
-                        millis / 1000
-                    )
 
     def forgot_job(self, job: Job) -> None:
-        """The job was deleted: drop what was kept per partition; the counters stay."""
-        self.counted.pop(job.uid, None)
+        """The job was deleted: drop what was kept per partition."""
         for p in job.partitions:
             self.partition_since.pop((job.uid, p.index), None)
 
-    def saw_workers(self, node: WorkerNode, queue: Queue, now: float,
-                    baseline: bool = False) -> None:
+    def saw_workers(self, node: WorkerNode, queue: Queue, now: float) -> None:
         for w in node.workers:
             if (node.node, w.id) not in self.workers:
                 self.workers[(node.node, w.id)] = WorkerTrack(first_seen=now, mode_since=now)
         self.classify([node], queue, now)
-        seen = self.stale_seen.get(node.node, 0)
-        # A recreated WorkerStatus starts its own count again: what it counted is new. What
-        # the first list shows (``baseline``) was refused before this server started.
-        if not baseline:
-            self.stale_total += node.stale_writes_rejected - (
-                seen if node.stale_writes_rejected >= seen else 0
-            )
-        self.stale_seen[node.node] = node.stale_writes_rejected
 
     def classify(self, nodes: Iterable[WorkerNode], queue: Queue, now: float) -> None:
         """Move every GPU of ``nodes`` into the mode it is in now (``mode_of``)."""
@@ -226,7 +167,6 @@ class History:
         """The WorkerStatus was deleted (its node is gone): its workers leave the screen."""
         for w in node.workers:
             self.workers.pop((node.node, w.id), None)
-        self.stale_seen.pop(node.node, None)
 
     def partition_secs(self, job: Job, index: int, now: float) -> float | None:
         entry = self.partition_since.get((job.uid, index))

@@ -21,7 +21,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from kuzk.api import PHASES, PROOF_KINDS, STATES, version
-from kuzk.status.history import DURATION_BUCKETS, IDLE_REASONS
+from kuzk.ledger import DURATION_BUCKETS
+from kuzk.status.history import IDLE_REASONS
 from kuzk.status.view import StatusView
 from kuzk.workerstatus import LaneStage, WorkerState
 
@@ -31,7 +32,7 @@ class ViewCollector(Collector):
         self.view = view
 
     def collect(self) -> Iterator[Metric]:
-        view, history = self.view, self.view.history
+        view, history, counts = self.view, self.view.history, self.view.counts()
         now = view.clock()
         jobs = list(view.jobs.values())
         kinds = sorted({j.proof_kind for j in jobs})
@@ -91,23 +92,23 @@ class ViewCollector(Collector):
             "kuzk_partition_duration_seconds",
             "Synthesis and GPU time of finished partitions, from their synthMs and gpuMs.",
             labels=["proof_kind", "stage"])
-        for (kind, stage), hist in sorted(history.durations.items()):
+        for (kind, stage), hist in sorted(counts.durations.items()):
             bounds = ["+Inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
             durations.add_metric([kind, stage], list(zip(bounds, hist.buckets, strict=True)),
                                  hist.total)
         yield durations
 
         completed = CounterMetricFamily("kuzk_partitions_completed",
-                                        "Partitions seen done while the server ran.",
+                                        "Partitions done, deleted ProofJobs' included.",
                                         labels=["proof_kind"])
         failed = CounterMetricFamily("kuzk_partitions_failed",
-                                     "Partitions seen failed while the server ran.",
+                                     "Partitions failed, deleted ProofJobs' included.",
                                      labels=["proof_kind"])
         done_by_kind: Counter[str] = Counter()
         failed_by_kind: Counter[str] = Counter()
-        for (_, kind), n in history.completed.items():
+        for (_, kind), n in counts.completed.items():
             done_by_kind[kind] += n
-        for (_, kind), n in history.failed.items():
+        for (_, kind), n in counts.failed.items():
             failed_by_kind[kind] += n
         # Every proof kind from the start, zeros included: a series that appears only at its
         # first count hides that first increase from rate() and increase().
@@ -120,8 +121,8 @@ class ViewCollector(Collector):
         yield CounterMetricFamily(
             "kuzk_stale_worker_writes_rejected",
             "Worker writes refused because the worker no longer held their assignment,"
-            " summed over the WorkerStatuses' staleWritesRejected.",
-            value=history.stale_total)
+            " summed over the WorkerStatuses' staleWritesRejected, deleted ones' included.",
+            value=counts.stale_writes_rejected)
         build = GaugeMetricFamily("kuzk_build_info", "kuzk's version; always 1.",
                                   labels=["version"])
         build.add_metric([version()], 1)

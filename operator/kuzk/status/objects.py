@@ -57,6 +57,7 @@ class WorkerNode:
     workers: tuple[workerstatus.Worker, ...]
     stale_writes_rejected: int
     resource_version: str = ""
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ def worker_node(obj: Mapping[str, Any]) -> WorkerNode:
         workers=model.workers,
         stale_writes_rejected=model.stale_writes_rejected,
         resource_version=str(meta.get("resourceVersion", "")),
+        uid=str(meta.get("uid", "")),
     )
 
 

@@ -17,24 +17,29 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kuzk import ledger
 from kuzk.api import PENDING, PHASE_SUSPENDED, SCHEDULED
+from kuzk.ledger import Ledger, Tally
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
 from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
-RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES)
+LEDGER = "ledger"
+RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES, LEDGER)
 CACHE_ENTRIES = 64
 MAX_STALE_S = 1.0
 REFRESH_S = 15.0
 GZIP_LEVEL = 5
+log = logging.getLogger("kuzk.status.view")
 SEPARATORS = (",", ":")
 
 
@@ -96,6 +101,8 @@ class StatusView:
         self.nodes: dict[str, Node] = {}
         self.pods: dict[str, Pod] = {}
         self.pods_by_key: dict[PodKey, Pod] = {}
+        self.ledgers: dict[str, Ledger] = {}
+        self.tallies: dict[str, Tally] = {}  # job key -> what the job counts
         self.watches: dict[str, WatchState] = {}
         self.instance = secrets.token_hex(4)
         self._cache: dict[Filters, Rendered] = {}
@@ -105,6 +112,7 @@ class StatusView:
         self._waiting: dict[str, tuple[bool, frozenset[tuple[str, Bound]]]] = {}
         self._pending_jobs = 0
         self._scheduled: dict[str, set[Bound]] = {}
+        self._counts: tuple[int, Tally] = (-1, Tally())
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -123,10 +131,8 @@ class StatusView:
         for stale in [k for k in self._store(state.resource)
                       if k not in fresh and (namespace is None or k.startswith(namespace + "/"))]:
             self._delete(state.resource, stale)
-        # What the first list shows finished happened before this server: the counters'
-        # baseline, not increases (a relist after a lost watch counts what finished meanwhile).
         for k, item in fresh.items():
-            self._put(state.resource, k, item, now, baseline=not state.listed)
+            self._put(state.resource, k, item, now)
         state.listed = state.connected = True
         state.lost_at = None
         self._bump()
@@ -181,6 +187,25 @@ class StatusView:
     def queue(self) -> Queue:
         return Queue(self._pending_jobs > 0, self._scheduled)
 
+    def counts(self) -> Tally:
+        """What finished (``kuzk.ledger``): the ledger's tally, plus what every ProofJob and
+        WorkerStatus it has not folded counts; never less than this server has shown."""
+        revision, shown = self._counts
+        if revision == self.revision:
+            return shown
+        book = next(iter(self.ledgers.values()), Ledger())
+        total = Tally()
+        total.add(book.tally)
+        for k, tally in self.tallies.items():
+            if self.jobs[k].uid not in book.folded:
+                total.add(tally)
+        total.stale_writes_rejected += sum(wn.stale_writes_rejected
+                                           for wn in self.worker_nodes.values()
+                                           if wn.uid not in book.folded)
+        shown = total.at_least(shown)
+        self._counts = (self.revision, shown)
+        return shown
+
     def settle(self, now: float) -> None:
         """Bring every GPU's mode up to ``now``: a lane's heartbeat ages without an event."""
         self.history.classify(self.worker_nodes.values(), self.queue, now)
@@ -190,7 +215,7 @@ class StatusView:
         self.settle(self.clock())
         return Snapshot(list(self.jobs.values()), list(self.worker_nodes.values()),
                         list(self.nodes.values()), dict(self.pods_by_key),
-                        self.history.copy())
+                        self.history.copy(), self.counts())
 
     async def document(self, filters: Filters) -> Rendered:
         """The document for ``filters``: the cached one while it is current (same revision,
@@ -228,17 +253,23 @@ class StatusView:
     def _store(self, resource: str) -> dict[str, Any]:
         stores: dict[str, dict[str, Any]] = {PROOFJOBS: self.jobs, WORKERSTATUSES:
                                              self.worker_nodes, NODES: self.nodes,
-                                             PODS: self.pods}
+                                             PODS: self.pods, LEDGER: self.ledgers}
         return stores[resource]
 
     def _bump(self) -> None:
         self.revision += 1
 
-    def _put(self, resource: str, k: str, item: Mapping[str, Any], now: float,
-             baseline: bool = False) -> None:
+    def _put(self, resource: str, k: str, item: Mapping[str, Any], now: float) -> None:
         store = self._store(resource)
-        if resource == PROOFJOBS:
-            value: Any = objects.job(item)
+        if resource == LEDGER:
+            try:
+                value: Any = ledger.parse(item)
+            except ValueError as e:
+                log.error("ConfigMap %s is not a ledger (%s): the counters keep what they"
+                          " showed", k, e)
+                return
+        elif resource == PROOFJOBS:
+            value = objects.job(item)
         elif resource == WORKERSTATUSES:
             value = objects.worker_node(item)
         elif resource == NODES:
@@ -253,10 +284,13 @@ class StatusView:
         old = store.get(k)
         store[k] = value
         if isinstance(value, Job):
-            self.history.saw_job(value, now, baseline)
+            self.history.saw_job(value, now)
+            self.tallies[k] = ledger.job_tally(
+                value.namespace, value.proof_kind,
+                ((p.state, p.synth_ms, p.gpu_ms) for p in value.partitions))
             self._track_queue(k, value, now)
         elif isinstance(value, WorkerNode):
-            self.history.saw_workers(value, self.queue, now, baseline)
+            self.history.saw_workers(value, self.queue, now)
         elif isinstance(value, Pod):
             if isinstance(old, Pod):
                 self.pods_by_key.pop(self._pod_key(old), None)
@@ -269,6 +303,7 @@ class StatusView:
             return
         if isinstance(old, Job):
             self.history.forgot_job(old)
+            self.tallies.pop(k, None)
             self._track_queue(k, None, self.clock())
         elif isinstance(old, WorkerNode):
             self.history.forgot_workers(old)

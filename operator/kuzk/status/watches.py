@@ -22,7 +22,7 @@ import aiohttp
 from kubernetes import client
 
 from kuzk import api
-from kuzk.status.view import NODES, PODS, PROOFJOBS, WORKERSTATUSES, StatusView
+from kuzk.status.view import LEDGER, NODES, PODS, PROOFJOBS, WORKERSTATUSES, StatusView
 
 log = logging.getLogger("kuzk.status.watches")
 
@@ -114,14 +114,16 @@ class Target:
     path: str
     namespace: str | None = None
     selector: str | None = None
+    fields: str | None = None
 
     @property
     def name(self) -> str:
         return f"{self.resource}@{self.namespace}" if self.namespace else self.resource
 
 
-def targets(namespaces: list[str]) -> list[Target]:
-    """ProofJobs and partition pods per namespace (or all); WorkerStatuses and Nodes."""
+def targets(namespaces: list[str], ledger: tuple[str, str] | None = None) -> list[Target]:
+    """ProofJobs and partition pods per namespace (or all); WorkerStatuses and Nodes; the
+    ledger's ConfigMap when there is one."""
     crd = f"/apis/{api.GROUP}/{api.VERSION}"
 
     def scoped(resource: str, plural: str, base: str, selector: str | None) -> list[Target]:
@@ -135,13 +137,16 @@ def targets(namespaces: list[str]) -> list[Target]:
         Target(WORKERSTATUSES, f"{crd}/{api.WORKERSTATUS_PLURAL}"),
         *scoped(PODS, "pods", "/api/v1", POD_SELECTOR),
         Target(NODES, "/api/v1/nodes"),
+        *([Target(LEDGER, f"/api/v1/namespaces/{ledger[0]}/configmaps", ledger[0],
+                  fields=f"metadata.name={ledger[1]}")] if ledger else []),
     ]
 
 
 async def keep_current(kube: KubeClient, view: StatusView, target: Target) -> None:
     """List, then watch, forever: resume on errors, relist on 410 Gone. The target must be
     registered with ``view.add_watch`` first (``Watches.start`` does)."""
-    params = {"labelSelector": target.selector} if target.selector else {}
+    params = {**({"labelSelector": target.selector} if target.selector else {}),
+              **({"fieldSelector": target.fields} if target.fields else {})}
     version: str | None = None
     delay = BACKOFF_FIRST_S
     while True:
@@ -180,8 +185,9 @@ class Watches:
     tasks: list[asyncio.Task[None]]
 
     @classmethod
-    def start(cls, kube: KubeClient, view: StatusView, namespaces: list[str]) -> Watches:
-        chosen = targets(namespaces)
+    def start(cls, kube: KubeClient, view: StatusView, namespaces: list[str],
+              ledger: tuple[str, str] | None = None) -> Watches:
+        chosen = targets(namespaces, ledger)
         for t in chosen:
             view.add_watch(t.name, t.resource)
         return cls([asyncio.create_task(keep_current(kube, view, t), name=f"watch {t.name}")

@@ -42,12 +42,12 @@ def operator(prover_account: Cluster, namespace: str, plan: Plan,  # noqa: F811
     cluster = prover_account
     started: list[subprocess.Popen[bytes]] = []
 
-    def launch(*, real_prover: bool = False) -> subprocess.Popen[bytes]:
+    def launch(*extra: str, real_prover: bool = False) -> subprocess.Popen[bytes]:
         prover = ["kuzk-prover"] if real_prover else [sys.executable, str(STANDIN),
                                                       str(plan.dir)]
         argv = [sys.executable, "-m", "kuzk.cli", "operator", "--namespace", namespace,
                 "--standalone", "--prover-command", json.dumps(prover),
-                "--prover-image", "kuzk-prover:test"]
+                "--prover-image", "kuzk-prover:test", *extra]
         with (tmp_path / f"operator-{len(started)}.log").open("wb") as out:
             proc = subprocess.Popen(argv, env=cluster.env(), stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,20 +1,23 @@
-"""Counters across a status-server restart, read by a real Prometheus: what the restarted
-server's first lists show finished is its baseline, not an increase, so ``increase()`` over a
-window in which nothing finished is zero, even with a finished job and a node's WorkerStatus
-(with its stale writes) deleted before the restart (the old rule counted the jobs still
-listed and went 2 -> 1, which Prometheus read as a reset followed by one new partition); what
-finishes after the restart counts."""
+"""Counters across deletions and a status-server restart, read by a real Prometheus: the
+operator folds what a deleted ProofJob (past its TTL, or deleted by hand) and a deleted
+WorkerStatus counted into the ledger, so after the restart every counter carries on from
+where it was: no sample goes down (``resets()`` is 0), ``increase()`` over a window in which
+nothing finished is 0, and what finishes after the restart counts. (The old rule rebuilt the
+counters from the objects left and went 2 -> 1, which Prometheus read as a reset followed by
+one new partition.)"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from kuzk import api
+from kuzk import api, ledger
+from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.status.server import start
-from tests.integration.status.test_status_restarts import create
 from tests.integration.workers.conftest import create_worker_status, delete_worker_status
 from tests.testenv import prometheus
 from tests.testenv.cluster import Cluster
@@ -23,6 +26,10 @@ from tests.testenv.waiting import wait_for
 
 COMPLETED = 'sum(kuzk_partitions_completed_total{proof_kind="snap-update"})'
 STALE = "sum(kuzk_stale_worker_writes_rejected_total)"
+# every counter that counts what the fleet finished
+COUNTERS = ("kuzk_partitions_completed_total", "kuzk_partitions_failed_total",
+            "kuzk_stale_worker_writes_rejected_total", "kuzk_partition_duration_seconds_count",
+            "kuzk_partition_duration_seconds_sum")
 
 
 def _value(prom: prometheus.Prometheus, expr: str) -> float | None:
@@ -37,51 +44,79 @@ def _scraped_since(prom: prometheus.Prometheus, moment: float, scrapes: int) -> 
     return got is not None and got >= scrapes
 
 
-def test_increase_over_a_restart_is_what_finished(kuzk_installed: Cluster, namespace: str,
-                                                  tmp_path: Path) -> None:
-    cluster = kuzk_installed
+def _folded(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
+    try:
+        cm = client.CoreV1Api(cluster.api).read_namespaced_config_map(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return {}
+        raise
+    return ledger.parse({"data": cm.data}).folded
+
+
+def _uid(obj: dict[str, Any] | None) -> str:
+    assert obj is not None
+    return str(obj["metadata"]["uid"])
+
+
+def test_counters_carry_on_across_deletions_and_a_restart(
+        cluster: Cluster, namespace: str, nodes, operator, tmp_path: Path) -> None:
     custom = client.CustomObjectsApi(cluster.api)
+    nodes(1, gpus=2)
+    book = f"{namespace}/kuzk-ledger"
+    operator("--ledger", book)
     port = free_port()
     cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
                       "evaluation_interval": "1s"},
            "scrape_configs": [{"job_name": "kuzk",
                                "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}
-    args = ("--namespace", namespace)
+    args = ("--namespace", namespace, "--ledger", book)
     server = start(cluster, tmp_path / "status-0.log", *args, port=port)
     with prometheus.Prometheus(tmp_path / "prometheus", cfg) as prom:
         try:
-            create(custom, namespace, "a", ["done"])
-            create(custom, namespace, "b", ["done"])
+            apply_job(cluster, namespace, proofjob("b", partitions=1, circuitLog2=10))
+            b = wait_job(cluster, namespace, "b", "Succeeded")
+            apply_job(cluster, namespace, proofjob("a", partitions=2, circuitLog2=10,
+                                                   ttlSecondsAfterFinished=2))
+            a = wait_job(cluster, namespace, "a", "Succeeded")
             # A node's WorkerStatus that counted stale writes while the server ran.
             node = f"gone-{namespace}"[:63]
-            create_worker_status(cluster.api, node)
-            wait_for(lambda: _value(prom, "max(kuzk_status_view_synced)") == 1, 60,
-                     "a synced scrape")
+            gone = create_worker_status(cluster.api, node)
             custom.patch_cluster_custom_object_status(
                 api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node,
                 {"status": {"workers": [], "staleWritesRejected": 3}})
-            wait_for(lambda: _value(prom, COMPLETED) == 2, 60, "Prometheus reading 2")
+            wait_for(lambda: _value(prom, COMPLETED) == 3, 60, "Prometheus reading 3")
             wait_for(lambda: (_value(prom, STALE) or 0) >= 3, 60, "Prometheus reading 3 stale")
             quiet_from = time.time()
+
+            # a goes past its TTL (the operator folds it, then deletes it); b is deleted by
+            # hand and the node goes (the operator folds them when it sees them go).
+            wait_for(lambda: get_job(cluster, namespace, "a") is None, 60, "a deleted by TTL")
             custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
-                                                   api.PROOFJOB_PLURAL, "a")
-            delete_worker_status(cluster.api, node)  # the node is gone
+                                                   api.PROOFJOB_PLURAL, "b")
+            delete_worker_status(cluster.api, node)
+            wanted = {_uid(a), _uid(b), _uid(gone)}
+            wait_for(lambda: wanted <= set(_folded(cluster, namespace, "kuzk-ledger")), 60,
+                     "the ledger folding a, b and the WorkerStatus")
             server.stop()
             server = start(cluster, tmp_path / "status-1.log", *args, port=port)
             restarted = time.time()
             wait_for(lambda: _scraped_since(prom, restarted, 3), 60,
                      "three scrapes of the restarted server")
             window = int(time.time() - quiet_from) + 1
-            assert _value(prom, f"sum(increase(kuzk_partitions_completed_total[{window}s]))") == 0
-            assert _value(prom, f"sum(increase(kuzk_partitions_failed_total[{window}s]))") == 0
-            assert _value(prom, f"sum(resets(kuzk_partitions_completed_total[{window}s]))") == 1
-            assert _value(prom, f"sum(increase(kuzk_stale_worker_writes_rejected_total"
-                                f"[{window}s]))") == 0
+            for counter in COUNTERS:
+                assert _value(prom, f"sum(resets({counter}[{window}s]))") == 0, counter
+            for counter in COUNTERS[:2]:
+                assert _value(prom, f"sum(increase({counter}[{window}s]))") == 0, counter
+            assert _value(prom, COMPLETED) == 3
+            assert (_value(prom, STALE) or 0) >= 3
 
-            create(custom, namespace, "c", ["done", "done"])
-            wait_for(lambda: _value(prom, COMPLETED) == 2, 60,
+            apply_job(cluster, namespace, proofjob("c", partitions=2, circuitLog2=10))
+            wait_job(cluster, namespace, "c", "Succeeded")
+            wait_for(lambda: _value(prom, COMPLETED) == 5, 60,
                      "Prometheus reading the 2 partitions done after the restart")
             window = int(time.time() - quiet_from) + 1
+            assert _value(prom, f"sum(resets(kuzk_partitions_completed_total[{window}s]))") == 0
             grew = _value(prom, f"sum(increase(kuzk_partitions_completed_total[{window}s]))")
             assert grew is not None and 1.5 <= grew <= 3  # 2, extrapolated over the window
         finally:

@@ -89,13 +89,9 @@ def test_a_restarted_server_rebuilds_the_same_pipelines(cluster: Cluster, namesp
         {f: p[f] for f in fields} for p in before["pipelines"]]
     assert [[q["state"] for q in p["partitions"]] for p in after["pipelines"]] == [
         [q["state"] for q in p["partitions"]] for p in before["pipelines"]]
-    # The counters count what happened while a server ran: what the first lists show
-    # finished is the new server's baseline (Prometheus reads the drop to zero as a reset,
-    # and increase() over the restart invents nothing); the rest of the counters block is
-    # the same.
-    counting = {"total_completed", "total_failed", "completed_by_kind", "failed_by_kind",
-                "stale_writes_rejected"}
+    # The counters count what the objects show finished (and the ledger, when there is one,
+    # what deleted ones showed): the same after a restart. (Stale writes are summed over
+    # every node's WorkerStatus, which other tests' workers may change meanwhile.)
     assert before["counters"]["total_completed"] == 1 and before["counters"]["total_failed"] == 1
-    assert (after["counters"]["total_completed"], after["counters"]["total_failed"]) == (0, 0)
-    assert {k: v for k, v in after["counters"].items() if k not in counting} == \
-        {k: v for k, v in before["counters"].items() if k not in counting}
+    assert {k: v for k, v in after["counters"].items() if k != "stale_writes_rejected"} == \
+        {k: v for k, v in before["counters"].items() if k != "stale_writes_rejected"}

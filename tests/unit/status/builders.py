@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from kuzk import api
+from kuzk import api, ledger
 from kuzk import workerstatus as ws
 
 T0 = 1_800_000_000.0  # the tables' clock: seconds since the epoch
@@ -79,12 +79,12 @@ def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: 
 
 
 def workerstatus(node: str, *workers: ws.Worker, stale: int = 0,
-                 updated: float = T0) -> dict[str, Any]:
+                 updated: float = T0, uid: str | None = None) -> dict[str, Any]:
     """A node's WorkerStatus, its status in the stored form (``WorkerStatusModel.as_status``)."""
     model = ws.WorkerStatusModel(workers=workers, stale_writes_rejected=stale)
     return {
         "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
-        "metadata": {"name": node},
+        "metadata": {"name": node, "uid": uid or f"uid-ws-{node}"},
         "spec": {"nodeName": node},
         "status": model.as_status(at(updated)),
     }
@@ -121,3 +121,16 @@ def pod(job: str, partition: int, attempt: int = 1, *, namespace: str = "ns",
                                 api.LABEL_MANAGED_BY: api.MANAGER}},
         "status": {"phase": "Pending", "conditions": conditions},
     }
+
+
+def ledger_map(*folded: dict[str, Any], at_time: float = T0) -> dict[str, Any]:
+    """The ledger's ConfigMap after the operator folded ``folded`` (ProofJobs and
+    WorkerStatuses, as the API server returned them when they were deleted)."""
+    book = ledger.Ledger()
+    for obj in folded:
+        tally = (ledger.proofjob_tally(obj) if obj.get("kind") == api.PROOFJOB_KIND
+                 else ledger.workerstatus_tally(obj))
+        book.fold(obj["metadata"]["uid"], tally, at(at_time))
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kuzk-ledger", "namespace": "kuzk"}, "data": book.data()}
+

@@ -1,5 +1,5 @@
 """Status-server unit fixtures: ``clock`` (a settable clock) and ``view`` (a StatusView on that
-clock with the four resources registered, fed by ``feed``)."""
+clock with every resource registered, the ledger's ConfigMap included, fed by ``feed``)."""
 
 from __future__ import annotations
 
@@ -39,14 +39,11 @@ def view(clock: Clock) -> StatusView:
 
 @pytest.fixture
 def feed(view: StatusView) -> Feed:
-    """``feed(proofjobs=[...], workerstatuses=[...], ...)``: a full list of each resource named,
-    as a relist: the server is taken to have started (first list) before these objects, so
-    what they show finished counts (a first list is the counters' baseline)."""
+    """``feed(proofjobs=[...], workerstatuses=[...], ...)``: a full list of each resource
+    named."""
 
     def apply(**lists: Iterable[dict[str, Any]]) -> StatusView:
         for resource, items in lists.items():
-            if not view.watches[resource].listed:
-                view.listed(resource, [])
             view.listed(resource, list(items))
         return view
 

@@ -28,9 +28,10 @@ def test_status_package_loads_no_operator_code() -> None:
 
 
 def test_status_package_imports_only_api_and_the_workerstatus_model() -> None:
-    """ARCHITECTURE.md: status/* imports only ``api`` and ``workerstatus`` of the operator,
-    so it reads WorkerStatuses through the one model and never the write protocol."""
-    allowed = {"kuzk.api", "kuzk.workerstatus"}
+    """ARCHITECTURE.md: status/* imports only ``api``, ``workerstatus`` and ``ledger`` of the
+    operator, so it reads WorkerStatuses and the ledger through their one model and never
+    the write protocol."""
+    allowed = {"kuzk.api", "kuzk.workerstatus", "kuzk.ledger"}
     found: dict[str, set[str]] = {}
     for source in sorted(PACKAGE.glob("*.py")):
         for node in ast.walk(ast.parse(source.read_text())):

@@ -8,8 +8,17 @@ from typing import Any
 import pytest
 
 from kuzk.status.aggregate import Filters, render
-from kuzk.status.view import StatusView
-from tests.unit.status.builders import T0, node, part, pod, proofjob, worker, workerstatus
+from kuzk.status.view import RESOURCES, StatusView
+from tests.unit.status.builders import (
+    T0,
+    ledger_map,
+    node,
+    part,
+    pod,
+    proofjob,
+    worker,
+    workerstatus,
+)
 from tests.unit.status.conftest import Clock, Feed
 
 
@@ -27,7 +36,7 @@ def test_document_has_the_designed_shape(feed: Feed, view: StatusView) -> None:
          workerstatuses=[workerstatus("gpu-1", worker("W0", completed=1),
                                       worker("W1", "gpu", job="snap-update-5678",
                                              partition=1, stage="gpu"))],
-         nodes=[node("gpu-1", 2)], pods=[])
+         nodes=[node("gpu-1", 2)], pods=[], ledger=[])
     d = doc(view)
     assert set(d) >= {"uptime_secs", "view", "fleet", "pipelines", "gpu_workers", "counters"}
     assert d["view"] == {"synced": True, "age_secs": 0.0, "watch_restarts": 0}
@@ -196,13 +205,18 @@ def test_busy_fraction_is_the_gpu_phase_share_of_the_last_ten_minutes(
     assert strip[-1] is not None
 
 
-def test_stale_writes_sum_the_worker_statuses_and_never_go_down(feed: Feed,
-                                                                view: StatusView) -> None:
-    feed(workerstatuses=[workerstatus("a", stale=2), workerstatus("b", stale=3)])
+def test_stale_writes_sum_the_worker_statuses_and_the_ledger(feed: Feed,
+                                                             view: StatusView) -> None:
+    a, b = workerstatus("a", stale=2), workerstatus("b", stale=3)
+    feed(workerstatuses=[a, b], ledger=[])
     assert doc(view)["counters"]["stale_writes_rejected"] == 5
-    feed(workerstatuses=[workerstatus("a", stale=4)])  # b's node is gone; what it counted stays
+    # b's node is gone; the operator folded what it counted into the ledger
+    feed(workerstatuses=[workerstatus("a", stale=4)], ledger=[ledger_map(b)])
     assert doc(view)["counters"]["stale_writes_rejected"] == 7
-    feed(workerstatuses=[workerstatus("a", stale=1)])  # a recreated object counts from zero
+    # a recreated: the old one folded, the new one counts from zero
+    old_a = workerstatus("a", stale=4)
+    feed(workerstatuses=[workerstatus("a", stale=1, uid="uid-a-2")],
+         ledger=[ledger_map(b, old_a)])
     assert doc(view)["counters"]["stale_writes_rejected"] == 8
 
 
@@ -244,7 +258,7 @@ def test_the_view_is_not_synced_until_every_resource_is_listed(view: StatusView,
 
 def test_a_lost_watch_ages_the_view_and_counts_a_restart(feed: Feed, view: StatusView,
                                                          clock: Clock) -> None:
-    feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[])
+    feed(proofjobs=[], workerstatuses=[], pods=[], nodes=[], ledger=[])
     view.lost("pods")
     clock.now = T0 + 4
     d = doc(view)
@@ -327,22 +341,39 @@ def test_fleet_counts_physical_gpus_not_replicas(feed: Feed, view: StatusView, l
     assert doc(view)["fleet"]["gpus"] == gpus
 
 
-def test_what_the_first_list_shows_finished_is_the_baseline_not_an_increase(
-        view: StatusView) -> None:
-    """A restarted server must not count again what finished before it started: the first
-    list is the baseline, a later transition or relist counts."""
-    job = proofjob("j", part(0, "done"), part(1, "failed", reason="InvalidInput"),
-                   part(2, "gpu"), count=3)
-    view.listed("proofjobs", [job])
-    view.listed("workerstatuses", [workerstatus("a", stale=4)])
+def _totals(view: StatusView) -> tuple[int, int, int]:
     c = doc(view)["counters"]
-    assert (c["total_completed"], c["total_failed"], c["stale_writes_rejected"]) == (0, 0, 0)
-    job = proofjob("j", part(0, "done"), part(1, "failed", reason="InvalidInput"),
-                   part(2, "done"), count=3)
-    view.event("proofjobs", "MODIFIED", job)
-    view.event("workerstatuses", "MODIFIED", workerstatus("a", stale=5))
-    c = doc(view)["counters"]
-    assert (c["total_completed"], c["total_failed"], c["stale_writes_rejected"]) == (1, 0, 1)
-    # A relist after a lost watch: what finished meanwhile happened while the server ran.
-    view.listed("proofjobs", [job, proofjob("k", part(0, "done"), count=1)])
-    assert doc(view)["counters"]["total_completed"] == 2
+    return c["total_completed"], c["total_failed"], c["stale_writes_rejected"]
+
+
+def test_deleted_objects_stay_counted_through_the_ledger(feed: Feed, view: StatusView,
+                                                        clock: Clock) -> None:
+    """What a deleted ProofJob or WorkerStatus counted stays counted: the operator folds it
+    into the ledger. Until the ledger's change arrives the counters hold what they showed, a
+    job the ledger folded while it still exists counts once, and a restarted server (a new
+    view) shows the same figures from its first lists."""
+    j = proofjob("j", part(0, "done", synthMs=700, gpuMs=90),
+                 part(1, "failed", reason="InvalidInput"), part(2, "done"), count=3)
+    a = workerstatus("a", stale=4)
+    feed(proofjobs=[j], workerstatuses=[a], ledger=[])
+    assert _totals(view) == (2, 1, 4)
+    view.event("proofjobs", "DELETED", j)  # seen before the ledger's fold
+    assert _totals(view) == (2, 1, 4)
+    view.event("ledger", "MODIFIED", ledger_map(j))
+    assert _totals(view) == (2, 1, 4)
+    k = proofjob("k", part(0, "done"), count=1)
+    view.event("proofjobs", "ADDED", k)  # counted at once, not hidden under what was shown
+    assert _totals(view) == (3, 1, 4)
+    ttl = proofjob("t", part(0, "done"), count=1)  # folded before the operator deletes it
+    view.event("proofjobs", "ADDED", ttl)
+    view.event("ledger", "MODIFIED", ledger_map(j, ttl))
+    assert _totals(view) == (4, 1, 4)
+
+    restarted = StatusView(keep_finished=600, clock=clock)
+    for resource in RESOURCES:
+        restarted.add_watch(resource, resource)
+    for resource, items in (("proofjobs", [k, ttl]), ("workerstatuses", [a]),
+                            ("pods", []), ("nodes", []), ("ledger", [ledger_map(j, ttl)])):
+        restarted.listed(resource, items)
+    assert _totals(restarted) == (4, 1, 4)
+    assert restarted.counts().durations == view.counts().durations
