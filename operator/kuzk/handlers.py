@@ -21,12 +21,13 @@ import kopf
 from kubernetes import client
 
 from kuzk import api
+from kuzk.caches import Caches, pod_keys, slim
 from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
 from kuzk.kubeconfig import load_config
 from kuzk.ledger_store import FoldQueue, LedgerStore
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
-from kuzk.runtime import Caches, Runtime, pod_keys, slim
+from kuzk.runtime import Runtime
 
 log = logging.getLogger("kuzk.handlers")
 # Threads of the loop's default executor, where the runtime's blocking calls (syncs, sweeps,

@@ -17,7 +17,8 @@ import urllib3
 from kubernetes import client
 
 from kuzk import api
-from kuzk.runtime import Caches, Runtime
+from kuzk.caches import Caches
+from kuzk.runtime import Runtime
 from tests.integration.operator.conftest import (
     InProcessOperator,
     Plan,

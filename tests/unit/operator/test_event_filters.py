@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kuzk.caches import Caches
 from kuzk.peering import outranked
-from kuzk.runtime import Caches, JobState, Runtime, assignments, changed_jobs
+from kuzk.runtime import JobState, Runtime, assignments, changed_jobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
