@@ -49,6 +49,7 @@ from kuzk.reconcile import reconcile
 log = logging.getLogger("kuzk.controller")
 RESYNC_SECONDS = 10.0
 ORPHAN_LOOK_SECONDS = 30.0
+STALE_RESYNC_SECONDS = 1.0
 POD_CALLS_IN_FLIGHT = 16
 CONFLICT_TRIES = 3
 EVENT_COMPONENT = "kuzk-operator"
@@ -116,6 +117,7 @@ class Controller:
         replaced: list[str] = []
         created: list[Body] = []
         released: list[tuple[str, Body]] = []
+        replaced_pods = False
         # A second pass only when the API server refused a pod: it records the refusal in the
         # status (and with it the backoff before the pod is asked for again).
         for _ in range(2):
@@ -133,7 +135,8 @@ class Controller:
             if refused:
                 _log_refusals(job, refused, decision.status)
             by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-            made, freed, refused = self._apply(job, decision, by_name, early)
+            made, freed, refused, stale = self._apply(job, decision, by_name, early)
+            replaced_pods |= stale
             created += made
             released += freed
             pods = [*pods, *made]
@@ -145,6 +148,10 @@ class Controller:
             requeue = decision.requeue_after
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
+        if replaced_pods:
+            # A pod it deleted had been replaced by a namesake: decide again on what exists
+            # once the watch shows it.
+            requeue = min(requeue or STALE_RESYNC_SECONDS, STALE_RESYNC_SECONDS)
         return Synced(requeue, written, tuple(replaced), created, released)
 
     def _decide(
@@ -226,9 +233,10 @@ class Controller:
         decision: Decision,
         pods: Mapping[str | None, Body],
         early: Mapping[str, Future[Body | Refusal | None]],
-    ) -> tuple[list[Body], list[tuple[str, Body]], dict[int, Refusal]]:
+    ) -> tuple[list[Body], list[tuple[str, Body]], dict[int, Refusal], bool]:
         """Apply the actions; returns the pods created, the pods released (keyed by the
-        resourceVersion they replaced) and the refused creates by partition."""
+        resourceVersion they replaced), the refused creates by partition, and whether a pod
+        to delete had been replaced by a namesake (its UID precondition failed)."""
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
@@ -244,8 +252,7 @@ class Controller:
                 refused[partition] = answer
             elif answer is not None:
                 created.append(answer)
-        for deleted in deletes:
-            deleted.result()
+        stale = not all([deleted.result() for deleted in deletes])
         released: list[tuple[str, Body]] = []
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
@@ -257,7 +264,7 @@ class Controller:
                 self.post_event(job, action)
             elif isinstance(action, DeleteJob):
                 self._delete_job(job, action)
-        return created, released, refused
+        return created, released, refused, stale
 
     def _create(self, ns: str, action: CreatePod) -> Body | Refusal | None:
         """Create the pod: the pod, None when it exists already (an earlier sync or replica
@@ -274,13 +281,20 @@ class Controller:
                 raise
             return refused
 
-    def _delete(self, ns: str, action: DeletePod) -> None:
+    def _delete(self, ns: str, action: DeletePod) -> bool:
+        """Delete the pod decided on, and only it (its UID is the precondition); False when
+        a namesake has replaced it (409): the decision was made on a pod that is gone."""
         opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid))
         try:
             self.core.delete_namespaced_pod(action.name, ns, body=opts)
         except ApiException as e:
-            if e.status not in (404, 409):  # gone, or a namesake with another uid
+            if e.status == 409:
+                log.info("pod %s/%s was replaced before its delete (%s); deciding again",
+                         ns, action.name, action.reason)
+                return False
+            if e.status != 404:  # 404: gone already
                 raise
+        return True
 
     def _delete_job(self, job: Body, action: DeleteJob) -> None:
         md = job["metadata"]
