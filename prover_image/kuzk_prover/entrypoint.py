@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
+from kuzk.api import version
 from kuzk.workers import Gpu, WorkerStatusMissing, WorkerWriteConflict
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="kuzk-prover",
         description="Prove one partition. In a pod, input comes from KUZK_* env variables.",
     )
+    parser.add_argument("--version", action="version", version=f"kuzk-prover {version()}")
     parser.add_argument("--local", action="store_true", help="prove from flags, without Kubernetes")
     parser.add_argument(
         "--backend", choices=("auto", "numpy", "cupy"), help="override KUZK_BACKEND"

@@ -134,6 +134,11 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+async def favicon(request: web.Request) -> web.Response:
+    """No icon: an answer, so a browser's automatic request is not logged as a 404."""
+    return web.Response(status=204)
+
+
 async def readyz(request: web.Request) -> web.Response:
     view = request.app[VIEW]
     waiting = sorted(name for name, w in view.watches.items() if not w.listed)
@@ -167,6 +172,7 @@ def make_app(view: StatusView, source: Source | None = None) -> web.Application:
     app.router.add_get("/metrics", prometheus)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", STATIC)
     if source is not None:
         app[SOURCE] = source

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kuzk import api
 from kuzk_prover.inputs import make_input
 from kuzk_prover.verify import verify
 
@@ -188,3 +189,9 @@ def test_sigterm_mid_run_exits_non_zero_without_a_result(
     watcher.join(timeout=10)
     assert not message.exists()
     assert list(message.parent.iterdir()) == []
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    done = subprocess.run([*COMMAND, "--version"], env=_env(tmp_path), capture_output=True,
+                          text=True)
+    assert (done.returncode, done.stdout.strip()) == (0, f"kuzk-prover {api.version()}")

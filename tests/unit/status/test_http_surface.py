@@ -260,6 +260,11 @@ async def test_silent_connections_do_not_stop_healthz(aiohttp_server, view: Stat
             w.close()
 
 
+async def test_favicon_is_answered_without_content(http: Client) -> None:
+    answer = await http.get("/favicon.ico")
+    assert (answer.status, await answer.read()) == (204, b"")
+
+
 async def test_metrics_wait_for_the_first_lists(http: Client, feed: Feed) -> None:
     """Counters served before every first list is in (the ledger's included) would count
     deleted objects' partitions or not, by chance, and could go down."""
