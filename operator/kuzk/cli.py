@@ -22,7 +22,7 @@ from typing import NoReturn
 import kopf
 from kubernetes import client, config
 
-from kuzk import api, controller, crds
+from kuzk import api, controller, crds, logs
 from kuzk.kubeconfig import load_config
 from kuzk.peering import Peering, PeeringError, ensure_peering
 from kuzk.pods import PodSettings
@@ -83,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         default=15,
         help="seconds before a silent replica's peering record expires (default 15)",
     )
-    op.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    op.add_argument("--log-format", choices=logs.FORMATS, default="text",
+                    help="text (default) or json: one object per line, the same keys as the"
+                    " status server's and the prover's; partition pods log in the same format")
     op.add_argument("--verbose", action="store_true")
     op.add_argument(
         "--prover-image",
@@ -183,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
         help="the operator's ledger ConfigMap: its counters then include what deleted objects"
         " counted and never go down. Default: none, the counters count what exists",
     )
-    st.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    st.add_argument("--log-format", choices=logs.FORMATS, default="text",
+                    help="text (default) or json: one object per line")
     return parser
 
 
@@ -242,8 +245,8 @@ def _kubeconfig(text: str) -> str:
 def run_operator(args: argparse.Namespace) -> int:
     from kuzk import handlers
 
-    fmt = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
-    kopf.configure(verbose=args.verbose, log_format=fmt, log_prefix=True)
+    kopf.configure(verbose=args.verbose)
+    logs.configure(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
     logging.getLogger("kuzk").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if not args.verbose:
         # Kopf logs "Handler '...' succeeded." for every watch event at INFO: about a hundred
@@ -271,6 +274,7 @@ def run_operator(args: argparse.Namespace) -> int:
                 kernel_cache_host_path=args.prover_kernel_cache_host_path,
                 allowed_images=tuple(args.allowed_prover_image),
                 allowed_priority_classes=tuple(args.allowed_priority_class),
+                log_format=args.log_format,
             ),
             peering,
             args.ledger,
@@ -317,7 +321,7 @@ def release_finalizers(args: argparse.Namespace) -> int:
 def run_status_server(args: argparse.Namespace) -> int:
     from kuzk.status import app
 
-    app.configure_logging(args.log_format)
+    logs.configure(args.log_format)
     configuration = client.Configuration()
     try:
         load_config(configuration, args.kubeconfig)

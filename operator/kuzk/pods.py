@@ -47,6 +47,8 @@ class PodSettings:
     # What a ProofJob may choose (an image entry ending in * is a prefix); empty: anything.
     allowed_images: tuple[str, ...] = ()
     allowed_priority_classes: tuple[str, ...] = ()
+    # The format of the prover's log lines (kuzk.logs), the operator's own.
+    log_format: str = "text"
 
     def rejections(self, job: Mapping[str, Any]) -> list[str]:
         """Why the ProofJob's own choices are not allowed (the same messages as the chart's
@@ -161,6 +163,7 @@ def _container(
         "KUZK_PROOF_KIND": spec.proof_kind,
         "KUZK_INPUT": json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
         "CUPY_CACHE_DIR": CUPY_CACHE_DIR,
+        "KUZK_LOG_FORMAT": settings.log_format,
     }
     fields = {
         "POD_NAME": "metadata.name",

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
+from kuzk import logs
 from kuzk.api import version
 from kuzk.workers import Gpu, WorkerStatusMissing, WorkerWriteConflict
 from kuzk_prover import inputs as inputs_module
@@ -68,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--local", action="store_true", help="prove from flags, without Kubernetes")
     parser.add_argument(
         "--backend", choices=("auto", "numpy", "cupy"), help="override KUZK_BACKEND"
+    )
+    parser.add_argument(
+        "--log-format", choices=logs.FORMATS,
+        help="text or json (kuzk.logs); default: KUZK_LOG_FORMAT, which the operator sets to"
+        " its own, else text",
     )
     inputs_module.add_arguments(parser)
     return parser
@@ -192,12 +198,12 @@ def _report(result: Result, path: Path | None, attempt: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the prover; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    parser = _parser()
+    args = parser.parse_args(argv)
+    log_format = args.log_format or os.environ.get("KUZK_LOG_FORMAT") or "text"
+    if log_format not in logs.FORMATS:
+        parser.error(f"KUZK_LOG_FORMAT={log_format!r}: expected one of {', '.join(logs.FORMATS)}")
+    logs.configure(log_format)
     env = dict(os.environ)
     if args.backend:
         env["KUZK_BACKEND"] = args.backend
@@ -209,16 +215,17 @@ def main(argv: list[str] | None = None) -> int:
                 proof = inputs_module.from_arguments(args)
             except InputError as exc:
                 return _fail(None, EXIT_INVALID, f"invalid input: {exc}")
-            context = f"partition={proof.partition} local"
-            return _run(proof, env, None, 0, context)
+            logs.set_context(partition=proof.partition)
+            return _run(proof, env, None, 0, "local")
         if any(getattr(args, name) is not None for name in ("proof_kind", "partition", "miner")):
             return _fail(path, EXIT_INVALID, "invalid input: partition flags need --local")
         try:
             pod = inputs_module.from_env(env)
         except InputError as exc:
             return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
-        context = f"job={pod.job} partition={pod.proof.partition} attempt={pod.attempt}"
-        return _run(pod.proof, env, path, pod.attempt, context)
+        logs.set_context(job=f"{env.get('POD_NAMESPACE', '')}/{pod.job}",
+                         partition=pod.proof.partition, pod=env.get("POD_NAME"))
+        return _run(pod.proof, env, path, pod.attempt, f"attempt={pod.attempt}")
     except Terminated:
         log.warning("SIGTERM: stopped before finishing; no result written")
         return EXIT_TERMINATED

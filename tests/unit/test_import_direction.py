@@ -53,7 +53,8 @@ def test_only_the_provers_reporter_and_entrypoint_import_the_operators_package(
         path: Path) -> None:
     names = of_operator(imported(path))
     if path.stem in ("reporter", "entrypoint"):
-        allowed = ("kuzk.api", "kuzk.workers", "kuzk.workerstatus", "kuzk.kubeconfig")
+        allowed = ("kuzk.api", "kuzk.workers", "kuzk.workerstatus", "kuzk.kubeconfig",
+                   "kuzk.logs")
         assert all(n.startswith(allowed) for n in names - {"kuzk"}), sorted(names)
     elif path.stem == "inputs":
         assert names <= {"kuzk", "kuzk.api"}, sorted(names)

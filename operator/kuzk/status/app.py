@@ -8,10 +8,8 @@ current revision (304 when the client already has it).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,22 +176,6 @@ def make_app(view: StatusView, source: Source | None = None) -> web.Application:
         app[SOURCE] = source
         app.cleanup_ctx.append(_watching)
     return app
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record), "level": record.levelname,
-                 "logger": record.name, "message": record.getMessage()}
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def configure_logging(log_format: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 def serve(source: Source, *, host: str, port: int, keep_finished: float,

@@ -9,6 +9,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuzk import api
+from kuzk.logs import KEYS
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
@@ -44,4 +45,4 @@ def test_worker_status_per_gpu_node_follows_the_node(cluster: Cluster, nodes,
     lines = operator.text().splitlines()
     assert lines
     records = [json.loads(line) for line in lines]
-    assert all("message" in r for r in records)
+    assert all(list(r)[:4] == list(KEYS) for r in records), records[:3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -72,7 +73,11 @@ def test_env_and_downward_api():
         "KUZK_PROOF_KIND": "snap-update",
         "KUZK_INPUT": plain["KUZK_INPUT"],
         "CUPY_CACHE_DIR": "/var/cache/kuzk/cupy",
+        "KUZK_LOG_FORMAT": "text",
     }
+    json_logs = replace(SETTINGS, log_format="json")
+    assert env_of(pod_manifest(resolve(job), 2, 3, json_logs))["KUZK_LOG_FORMAT"] == {
+        "name": "KUZK_LOG_FORMAT", "value": "json"}
     assert json.loads(plain["KUZK_INPUT"]) == {
         "sector": {"miner": 1000, "number": 7},
         "randomness": api.resolve(job).randomness,

@@ -69,7 +69,7 @@ def test_an_unreachable_api_server_costs_the_status_not_the_proof(tmp_path: Path
     result = json.loads(Path(env["TERMINATION_MESSAGE_PATH"]).read_text())
     assert result["self_check"] is True and result["partition"] == 2
     assert "Traceback" not in done.stderr
-    warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
+    warnings = [line for line in done.stderr.splitlines() if " warning " in line]
     assert len(warnings) == 1, done.stderr
     assert "could not join the GPU's lanes on gpu-node-1" in warnings[0]
     assert "proving on without worker status" in warnings[0]

@@ -16,7 +16,7 @@ def test_defaults() -> None:
     args = parse()
     assert (args.host, args.port, args.namespace, args.keep_finished, args.kubeconfig,
             args.log_format, args.gpu_resource) == (
-        "0.0.0.0", 9821, [], 600.0, None, "plain", "nvidia.com/gpu")
+        "0.0.0.0", 9821, [], 600.0, None, "text", "nvidia.com/gpu")
 
 
 def test_gpu_resource_is_the_operators() -> None:
