@@ -138,6 +138,11 @@ def _parser() -> argparse.ArgumentParser:
         " Default: none, the counters count what exists",
     )
     op.add_argument(
+        "--metrics-port", type=_port, default=None, metavar="PORT",
+        help="serve the operator's own /metrics (its work, its API requests, peering) on this"
+        " port. Default: not served",
+    )
+    op.add_argument(
         "--liveness-endpoint",
         default=None,
         metavar="URL",
@@ -278,6 +283,7 @@ def run_operator(args: argparse.Namespace) -> int:
             ),
             peering,
             args.ledger,
+            args.metrics_port,
         )
     except (config.ConfigException, OSError) as e:
         return _no_configuration(e)

@@ -25,6 +25,7 @@ from kuzk.caches import Caches, pod_keys, slim
 from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
 from kuzk.kubeconfig import load_config
 from kuzk.ledger_store import FoldQueue, LedgerStore
+from kuzk.operator_metrics import OperatorMetrics
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
 from kuzk.runtime import Runtime
@@ -48,13 +49,15 @@ class Options:
     settings: PodSettings
     peering: Peering | None = None
     ledger: tuple[str, str] | None = None  # the ledger's ConfigMap: namespace, name
+    metrics_port: int | None = None  # where the operator serves its own /metrics
 
 
 def configure(settings: PodSettings, peering: Peering | None = None,
-              ledger: tuple[str, str] | None = None) -> kopf.Memo:
+              ledger: tuple[str, str] | None = None,
+              metrics_port: int | None = None) -> kopf.Memo:
     """Load the cluster configuration and return the memo to give ``kopf.run(memo=...)``."""
     load_config()
-    return kopf.Memo(options=Options(settings, peering, ledger))
+    return kopf.Memo(options=Options(settings, peering, ledger, metrics_port))
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -98,13 +101,20 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + CALL_THREADS
     api_client = client.ApiClient(configuration)
+    metrics = OperatorMetrics() if options.metrics_port else None
+    if metrics is not None:
+        metrics.count_requests(api_client)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
     store = LedgerStore(api_client, *options.ledger, caches.uids) if options.ledger else None
     controller = Controller(api_client, options.settings, EventRecorder(api_client, instance),
                             store)
-    runtime = Runtime(controller, caches, FoldQueue(store) if store else None)
+    runtime = Runtime(controller, caches, FoldQueue(store) if store else None, metrics)
     memo["runtime"] = runtime
+    if metrics is not None and options.metrics_port:
+        metrics.follow(lambda: len(runtime.queue.tracked()), lambda: runtime.queue.paused)
+        metrics.serve(options.metrics_port)
+        log.info("serving the operator's /metrics on port %d", options.metrics_port)
     if options.peering is not None:
         watch = PeerWatch(controller.api_client, options.peering, runtime.on_peering)
         watch.start()

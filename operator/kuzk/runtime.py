@@ -31,6 +31,7 @@ from kuzk.clock import Gone, WorkQueue
 from kuzk.controller import Body, Controller, JobGone, pods_of
 from kuzk.ledger_store import FoldQueue
 from kuzk.observe import controller_of, worker_outcome
+from kuzk.operator_metrics import OperatorMetrics, Timer
 
 log = logging.getLogger("kuzk.runtime")
 SWEEP_SECONDS = 30.0
@@ -110,10 +111,11 @@ class Runtime:
     """See the module docstring. Handlers call the ``on_*`` methods; nothing else writes."""
 
     def __init__(self, controller: Controller, caches: Caches,
-                 folds: FoldQueue | None = None) -> None:
+                 folds: FoldQueue | None = None, metrics: OperatorMetrics | None = None) -> None:
         self.controller = controller
         self.caches = caches
         self.folds = folds
+        self.metrics = metrics
         self.queue = WorkQueue(self._work, describe=_describe)
         self.jobs: dict[JobKey, JobState] = {}
         self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
@@ -194,13 +196,14 @@ class Runtime:
     async def _work(self, key: Hashable) -> float | None:
         assert isinstance(key, tuple)
         kind, *rest = key
-        if kind == "job":
-            return await self._sync_job(*rest)
-        if kind == "pod":
-            return await self._settle_pod(*rest)
-        if kind == "sweep":
-            return await self._sweep(*rest)
-        return await self._ensure_worker_status(*rest)
+        with Timer(self.metrics, str(kind), ok=(Gone,)):
+            if kind == "job":
+                return await self._sync_job(*rest)
+            if kind == "pod":
+                return await self._settle_pod(*rest)
+            if kind == "sweep":
+                return await self._sweep(*rest)
+            return await self._ensure_worker_status(*rest)
 
     async def _sync_job(self, namespace: str, name: str) -> float | None:
         cached = self.caches.job(namespace, name)
