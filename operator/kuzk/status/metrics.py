@@ -24,7 +24,17 @@ from kuzk.api import PHASES, PROOF_KINDS, STATES, version
 from kuzk.ledger import DURATION_BUCKETS
 from kuzk.status.history import IDLE_REASONS
 from kuzk.status.view import StatusView
-from kuzk.workerstatus import LaneStage, WorkerState
+from kuzk.workerstatus import LaneStage, Worker, WorkerState
+
+# A GPU's labels: kuzk's, then dcgm-exporter's names for the same values (Hostname, UUID,
+# modelName), so a kuzk series joins DCGM_FI_* series on UUID without relabeling. dcgm's `gpu`
+# (the device index on the node) is not among them: a prover sees only its own GPU, as device
+# 0, and a worker's W<k> is the order GPUs joined, not their index.
+GPU_LABELS = ("node", "worker", "gpu_uuid", "Hostname", "UUID", "modelName")
+
+
+def gpu_labels(node: str, worker: Worker) -> list[str]:
+    return [node, worker.id, worker.gpu.uuid, node, worker.gpu.uuid, worker.gpu.name]
 
 
 class ViewCollector(Collector):
@@ -64,11 +74,11 @@ class ViewCollector(Collector):
         busy = CounterMetricFamily("kuzk_gpu_busy_seconds",
                                    "Seconds each GPU spent in its GPU phase (a lane held it), as"
                                    " the watch saw it.",
-                                   labels=["node", "worker", "gpu_uuid"])
+                                   labels=[*GPU_LABELS])
         idle = CounterMetricFamily("kuzk_gpu_idle_seconds",
                                    "Seconds each GPU was not in its GPU phase, by reason: no_work,"
                                    " scheduling, cpu, unknown. Busy plus idle is wall time.",
-                                   labels=["node", "worker", "gpu_uuid", "reason"])
+                                   labels=[*GPU_LABELS, "reason"])
         for wn in sorted(view.worker_nodes.values(), key=lambda n: n.node):
             states = Counter(str(w.state) for w in wn.workers)
             for state in WorkerState:
@@ -78,11 +88,10 @@ class ViewCollector(Collector):
                 lanes.add_metric([wn.node, str(lane_stage)], stages[str(lane_stage)])
             for w in wn.workers:
                 track = history.workers.get((wn.node, w.id))
-                busy.add_metric([wn.node, w.id, w.gpu.uuid],
-                                track.busy_total(now) if track else 0.0)
+                gpu = gpu_labels(wn.node, w)
+                busy.add_metric(gpu, track.busy_total(now) if track else 0.0)
                 for reason in IDLE_REASONS:
-                    idle.add_metric([wn.node, w.id, w.gpu.uuid, reason],
-                                    track.total(reason, now) if track else 0.0)
+                    idle.add_metric([*gpu, reason], track.total(reason, now) if track else 0.0)
         yield workers
         yield lanes
         yield busy

@@ -205,7 +205,8 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
     for w in status["gpu_workers"]:
         for reason, seconds in w["idle_seconds_total"].items():
             assert value("kuzk_gpu_idle_seconds_total", node=w["node"], worker=w["worker_id"],
-                         gpu_uuid=w["gpu_uuid"], reason=reason) == seconds
+                         gpu_uuid=w["gpu_uuid"], Hostname=w["node"], UUID=w["gpu_uuid"],
+                         modelName="", reason=reason) == seconds
     counters = status["counters"]
     assert value("kuzk_partitions_completed_total", proof_kind="snap-update") == counters[
         "completed_by_kind"]["snap-update"]
@@ -214,7 +215,8 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
     assert value("kuzk_stale_worker_writes_rejected_total") == counters["stale_writes_rejected"]
     w1 = status["gpu_workers"][1]
     assert value("kuzk_gpu_busy_seconds_total", node="gpu-1", worker="W1",
-                 gpu_uuid=w1["gpu_uuid"]) == w1["busy_seconds_total"] == 30.0
+                 gpu_uuid=w1["gpu_uuid"], Hostname="gpu-1", UUID=w1["gpu_uuid"],
+                 modelName="") == w1["busy_seconds_total"] == 30.0
     assert value("kuzk_partition_duration_seconds_count", proof_kind="snap-update",
                  stage="gpu") == 1
     assert value("kuzk_partition_duration_seconds_sum", proof_kind="snap-update",
