@@ -143,6 +143,10 @@ def _parser() -> argparse.ArgumentParser:
         " port. Default: not served",
     )
     op.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDRESS",
+        help="the address /metrics listens on (default 0.0.0.0; the chart gives the pod's IP)",
+    )
+    op.add_argument(
         "--liveness-endpoint",
         default=None,
         metavar="URL",
@@ -283,7 +287,7 @@ def run_operator(args: argparse.Namespace) -> int:
             ),
             peering,
             args.ledger,
-            args.metrics_port,
+            (args.metrics_address, args.metrics_port) if args.metrics_port else None,
         )
     except (config.ConfigException, OSError) as e:
         return _no_configuration(e)

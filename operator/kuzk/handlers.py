@@ -49,15 +49,15 @@ class Options:
     settings: PodSettings
     peering: Peering | None = None
     ledger: tuple[str, str] | None = None  # the ledger's ConfigMap: namespace, name
-    metrics_port: int | None = None  # where the operator serves its own /metrics
+    metrics: tuple[str, int] | None = None  # address and port of the operator's /metrics
 
 
 def configure(settings: PodSettings, peering: Peering | None = None,
               ledger: tuple[str, str] | None = None,
-              metrics_port: int | None = None) -> kopf.Memo:
+              metrics: tuple[str, int] | None = None) -> kopf.Memo:
     """Load the cluster configuration and return the memo to give ``kopf.run(memo=...)``."""
     load_config()
-    return kopf.Memo(options=Options(settings, peering, ledger, metrics_port))
+    return kopf.Memo(options=Options(settings, peering, ledger, metrics))
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -101,7 +101,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = POD_CALLS_IN_FLIGHT + CALL_THREADS
     api_client = client.ApiClient(configuration)
-    metrics = OperatorMetrics() if options.metrics_port else None
+    metrics = OperatorMetrics() if options.metrics else None
     if metrics is not None:
         metrics.count_requests(api_client)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
@@ -111,10 +111,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
                             store)
     runtime = Runtime(controller, caches, FoldQueue(store) if store else None, metrics)
     memo["runtime"] = runtime
-    if metrics is not None and options.metrics_port:
+    if metrics is not None and options.metrics:
         metrics.follow(lambda: len(runtime.queue.tracked()), lambda: runtime.queue.paused)
-        metrics.serve(options.metrics_port)
-        log.info("serving the operator's /metrics on port %d", options.metrics_port)
+        address, port = options.metrics
+        try:
+            metrics.serve(port, address)
+        except OSError as e:
+            msg = f"cannot serve /metrics on {address}:{port}: {e.strerror or e}"
+            raise kopf.PermanentError(msg) from None
+        log.info("serving the operator's /metrics on %s:%d", address, port)
     if options.peering is not None:
         watch = PeerWatch(controller.api_client, options.peering, runtime.on_peering)
         watch.start()

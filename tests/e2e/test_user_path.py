@@ -37,6 +37,7 @@ import yaml
 from kubernetes import client
 
 from kuzk import api, crds, ledger
+from kuzk.logs import KEYS
 from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job
 from tests.testenv import prometheus
 from tests.testenv.cluster import Cluster
@@ -223,6 +224,19 @@ def _status_agrees(r: Release, pj: list[dict[str, Any]]) -> None:
         assert {w["state"] for w in ours} == {"idle"}
 
 
+def _one_log_format(r: Release) -> None:
+    """The chart sets json: every line the operator, the status servers and the partition pods
+    wrote is one JSON object whose first keys are the same."""
+    logs = sorted(r.kubelet.workdir.glob(f"pods/{r.namespace}_*/*.log"))
+    names = {log.parent.name.split("_", 1)[1] for log in logs}
+    assert any(n.startswith(OPERATOR) for n in names), names
+    assert any(n.startswith(STATUS) for n in names), names
+    assert any("-p0-a1" in n for n in names), names
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            assert list(json.loads(line))[:4] == list(KEYS), (log.parent.name, line)
+
+
 def _prometheus_agrees(r: Release, prom: prometheus.Prometheus, pj: list[dict[str, Any]]) -> None:
     ips = sorted(p.status.pod_ip for p in status_pods(r))
 
@@ -288,6 +302,7 @@ def test_2_every_example_succeeds_and_status_agrees(release: Release) -> None:
     assert sorted(line.split()[0] for line in got[1:]) == sorted(r.kubelet.nodes)
 
     _status_agrees(r, pj)
+    _one_log_format(r)
     r.finished = {j["metadata"]["name"]: (j["status"], sorted(
         p.metadata.name for p in job_pods(r.cluster, r.namespace, j["metadata"]["name"])))
         for j in pj}
@@ -328,7 +343,7 @@ def test_4_helm_upgrade_while_a_job_runs(release: Release) -> None:
 
     wait_for(running, 120, "during-upgrade Running with a partition done", interval=0.2)
     helm(r, "upgrade", RELEASE, str(CHART), "-n", r.namespace, "--reuse-values",
-         "--set", "operator.logFormat=plain", "--wait", "--timeout", "180s")
+         "--set", "operator.logFormat=text", "--wait", "--timeout", "180s")
     r.cluster.kubectl("rollout", "status", f"deployment/{OPERATOR}", "-n", r.namespace,
                       "--timeout=120s")
     job = get_job(r.cluster, r.namespace, "during-upgrade")
@@ -339,7 +354,7 @@ def test_4_helm_upgrade_while_a_job_runs(release: Release) -> None:
     operators = [p for p in pods if p.metadata.labels["app.kubernetes.io/name"] == "kuzk-operator"
                  and not p.metadata.deletion_timestamp]
     assert operators
-    assert all("--log-format=plain" in p.spec.containers[0].args for p in operators)
+    assert all("--log-format=text" in p.spec.containers[0].args for p in operators)
 
     job = wait_job(r.cluster, r.namespace, "during-upgrade", "Succeeded", timeout=300)
     retried = [p for p in job["status"]["partitions"] if p["attempt"] != 1]

@@ -4,6 +4,7 @@ message that names the value (real helm, no cluster)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,49 @@ ALL_ON = (
     "prover.namespaces={team-a,team-b}",
     "statusServer.serviceType=NodePort",
 )
+# The pod settings of both Deployments set, each to something of its own (--set-json).
+OPERATOR_POD: dict[str, Any] = {
+    "nodeSelector": {"kuzk.io/system": "true"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system",
+                     "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                   "whenUnsatisfiable": "ScheduleAnyway"}],
+    "podAnnotations": {"example.com/owner": "operator"},
+    "podLabels": {"team": "proofs", "app.kubernetes.io/name": "not-the-selector"},
+    "priorityClassName": "system-cluster-critical",
+    "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+    "serviceAccount": {"annotations": {"iam.example.com/role": "kuzk-operator"}},
+    "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}],
+}
+STATUS_POD: dict[str, Any] = {
+    "nodeSelector": {"kuzk.io/status": "true"},
+    "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                   "whenUnsatisfiable": "DoNotSchedule",
+                                   "labelSelector": {"matchLabels": {"tier": "status"}}}],
+    "podAnnotations": {"example.com/owner": "status"},
+    "podLabels": {"team": "status"},
+    "priorityClassName": "kuzk-high",
+    "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"},
+    "serviceAccount": {"annotations": {"iam.example.com/role": "kuzk-status"}},
+    "extraEnv": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+}
+PULL_SECRETS = [{"name": "regcred"}, {"name": "mirror"}]
+
+
+def set_json(values: dict[str, Any]) -> tuple[str, ...]:
+    """--set-json for each path, so that they add to the chart's values instead of replacing."""
+    return tuple(a for path, v in values.items() for a in ("--set-json", f"{path}={json.dumps(v)}"))
+
+
+ALL_ON_JSON = set_json({"imagePullSecrets": PULL_SECRETS}
+                       | {f"operator.{k}": v for k, v in OPERATOR_POD.items()}
+                       | {f"statusServer.{k}": v for k, v in STATUS_POD.items()})
 
 
 def render(*sets: str, release: str = "kz", extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -48,21 +92,27 @@ def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize("sets", [(), ALL_ON], ids=["defaults", "all-on"])
-def test_chart_lints_strict(sets: tuple[str, ...]) -> None:
-    args = ["lint", "--strict", str(CHART), "--kube-version", KUBE]
+VARIANTS = pytest.mark.parametrize(("sets", "extra"), [((), ()), (ALL_ON, ALL_ON_JSON)],
+                                   ids=["defaults", "all-on"])
+
+
+@VARIANTS
+def test_chart_lints_strict(sets: tuple[str, ...], extra: tuple[str, ...]) -> None:
+    args = ["lint", "--strict", str(CHART), "--kube-version", KUBE, *extra]
     for s in sets:
         args += ["--set", s]
     out = helm(*args)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("sets", [(), ALL_ON], ids=["defaults", "all-on"])
-def test_manifests_validate_against_the_kubernetes_schemas(sets: tuple[str, ...]) -> None:
-    docs = render(*sets, extra=("--include-crds",))
+@VARIANTS
+def test_manifests_validate_against_the_kubernetes_schemas(sets: tuple[str, ...],
+                                                           extra: tuple[str, ...]) -> None:
+    docs = render(*sets, extra=("--include-crds", *extra))
     kinds = {d["kind"] for d in docs}
     assert {"CustomResourceDefinition", "Deployment", "Service", "ValidatingAdmissionPolicy",
             "Job", "PriorityClass"} <= kinds
+    assert ("PodDisruptionBudget" in kinds) == bool(extra)
     for doc in docs:
         if doc["kind"] == "ServiceMonitor":
             continue  # a Prometheus Operator kind: no Kubernetes schema; checked below
@@ -127,6 +177,21 @@ def test_service_monitor_when_enabled_or_when_its_api_exists() -> None:
     assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "kuzk-status-server"
     assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
                                         "scrapeTimeout": "10s"}]
+    # the operator's own /metrics: a ServiceMonitor on a headless Service of its pods
+    docs = render("metrics.serviceMonitor.enabled=true", "operator.metricsPort=9100")
+    op = one(docs, "ServiceMonitor", "kz-kuzk-operator")
+    service = one(docs, "Service", "kz-kuzk-operator-metrics")
+    assert op["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert service["spec"]["selector"]["app.kubernetes.io/name"] == "kuzk-operator"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9100,
+                                         "targetPort": "metrics"}]
+    assert op["spec"]["endpoints"][0]["port"] == "metrics"
+    pod = one(docs, "Deployment", "kz-kuzk-operator")["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+    (container,) = pod["spec"]["containers"]
+    assert "--metrics-port=9100" in container["args"]
+    assert {"name": "metrics", "containerPort": 9100} in container["ports"]
     detected = render(extra=("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"))
     assert "ServiceMonitor" in {d["kind"] for d in detected}
 
@@ -221,6 +286,14 @@ def test_operator_args_follow_values() -> None:
         ("metrics.serviceMonitor.interval=often", "interval"),
         ("statusServer.resources.limits.memory=lots", "memory"),
         ("metrics.bogus=1", "bogus"),
+        ("nameOverride=Kuzk_Operator", "nameOverride"),
+        ("fullnameOverride=zk.", "fullnameOverride"),
+        ("imagePullSecrets[0].nom=regcred", "nom"),
+        ("operator.priorityClassName=Critical", "priorityClassName"),
+        ("statusServer.podDisruptionBudget.minAvailable=half", "minAvailable"),
+        ("operator.podDisruptionBudget.bogus=1", "bogus"),
+        ("statusServer.serviceAccount.name=x", "name"),
+        ("operator.extraEnv[0].value=x", "name"),
     ],
 )
 def test_bad_values_fail_at_render_time(setting: str, named: str) -> None:
@@ -286,3 +359,200 @@ def test_the_uninstall_hook_runs_under_its_own_least_identity() -> None:
     assert _grants(one(docs, "Role", name)["rules"]) == {"proofjobs", "pods"}
     verbs = {v for r in one(docs, "Role", name)["rules"] for v in r["verbs"]}
     assert not verbs & {"create", "delete", "update"}
+
+
+# --- names ------------------------------------------------------------------------------------
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a Service's name
+LONG_RELEASE = "storage-provider-proving-cluster-in-the-eu-west-2-01"  # helm allows 53
+LONG_NAMESPACE = "proofs-" + "n" * 56
+
+
+def _names(docs: list[dict[str, Any]]) -> list[str]:
+    return [d["metadata"]["name"] for d in docs]
+
+
+def _label_values(doc: dict[str, Any]) -> list[str]:
+    labels = dict(doc["metadata"].get("labels") or {})
+    spec = doc.get("spec") or {}
+    labels |= spec.get("template", {}).get("metadata", {}).get("labels", {})
+    labels |= (spec.get("selector") or {}).get("matchLabels", {})
+    return [str(v) for v in labels.values()]
+
+
+def test_a_long_release_name_keeps_every_name_valid_distinct_and_suffixed() -> None:
+    """With a 52-character release name (and a 63-character namespace) every name is a valid
+    DNS-1123 label of at most 63 characters that keeps its suffix: the release name gives way.
+    Names that differ with a short release name differ with the long one."""
+    assert len(LONG_RELEASE) == 52 and "kuzk" not in LONG_RELEASE
+    sets = (*ALL_ON, f"prover.namespaces={{team-a,{LONG_NAMESPACE}}}",
+            f"operator.watchNamespaces={{team-a,{LONG_NAMESPACE}}}")
+    short = render(*sets, extra=ALL_ON_JSON)
+    long = render(*sets, release=LONG_RELEASE, extra=ALL_ON_JSON)
+    assert [d["kind"] for d in short] == [d["kind"] for d in long]
+    for doc in long:
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63 and DNS1123_LABEL.match(name), (doc["kind"], name)
+        if doc["kind"] == "Service":
+            assert DNS1035_LABEL.match(name), name
+        assert all(len(v) <= 63 for v in _label_values(doc)), (doc["kind"], name)
+    for s, n in zip(_names(short), _names(long), strict=True):
+        if s.startswith("kz-kuzk-"):  # <fullname>-<suffix>
+            suffix = s.removeprefix("kz-kuzk-")
+            assert n.endswith(f"-{suffix}") and n.startswith(LONG_RELEASE[:20]), (s, n)
+        else:  # not the release's: kuzk-prover, the PriorityClasses
+            assert n == s
+    assert max(len(n) for n in _names(long)) == 63
+    key = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+           for d in long]
+    assert len(set(key)) == len(key) == len({(d["kind"], d["metadata"].get("namespace"),
+                                             d["metadata"]["name"]) for d in short})
+
+    # The ledger the operator and the status server are told of is the one they are granted.
+    (ledger,) = [d for d in long if d["kind"] == "Role"
+                 and d["metadata"]["name"].endswith("-status-ledger")]
+    (granted,) = ledger["rules"][0]["resourceNames"]
+    assert len(granted) <= 63 and granted.endswith("-ledger")
+    for deploy in (d for d in long if d["kind"] == "Deployment"):
+        args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--ledger=kuzk-system/{granted}" in args
+
+
+def test_a_release_named_after_the_chart_is_not_named_twice() -> None:
+    docs = render(release="kuzk")
+    assert one(docs, "Deployment", "kuzk-operator") and one(docs, "Service", "kuzk-status")
+    assert not [n for n in _names(docs) if "kuzk-kuzk" in n]
+    args = one(docs, "Deployment", "kuzk-operator")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--peering=kuzk" in args and "--ledger=kuzk-system/kuzk-ledger" in args
+    # A release that only contains the name is used alone too; one that does not gets it added.
+    assert one(render(release="kuzk-prod"), "Deployment", "kuzk-prod-operator")
+    assert one(render(release="kz"), "Deployment", "kz-kuzk-operator")
+
+
+@pytest.mark.parametrize(
+    ("release", "sets", "operator", "status"),
+    [
+        ("kz", ("nameOverride=proofs",), "kz-proofs-operator", "kz-proofs-status"),
+        ("proofs-eu", ("nameOverride=proofs",), "proofs-eu-operator", "proofs-eu-status"),
+        ("kz", ("fullnameOverride=zk",), "zk-operator", "zk-status"),
+        ("kz", ("fullnameOverride=zk", "nameOverride=proofs"), "zk-operator", "zk-status"),
+        ("kz", (f"fullnameOverride={'z' * 70}",), f"{'z' * 54}-operator", f"{'z' * 56}-status"),
+    ],
+    ids=["name", "name-in-release", "fullname", "fullname-wins", "fullname-too-long"],
+)
+def test_name_and_fullname_overrides(release: str, sets: tuple[str, ...], operator: str,
+                                     status: str) -> None:
+    docs = render(*sets, release=release)
+    deploy = one(docs, "Deployment", operator)
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == operator
+    assert one(docs, "ServiceAccount", operator) and one(docs, "ClusterRole", operator)
+    assert one(docs, "Deployment", status) and one(docs, "Service", status)
+    binding = one(docs, "ClusterRoleBinding", status)
+    assert binding["subjects"][0]["name"] == status
+    # The selectors do not follow the names: they cannot change under a running release.
+    assert deploy["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "kuzk-operator", "app.kubernetes.io/instance": release}
+    prefix = operator.removesuffix("-operator")[:40]  # the longest suffix leaves 44
+    assert all(n.startswith(prefix) for n in _names(docs)
+               if n != "kuzk-prover" and not n.startswith(("kuzk-critical", "kuzk-high",
+                                                            "kuzk-normal")))
+
+
+# --- pods: pull secrets, scheduling, budgets, annotations, labels, environment --------------
+def _pod(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = one(docs, kind, name)["spec"]["template"]
+    return spec
+
+
+def test_every_pod_setting_lands_where_it_belongs() -> None:
+    docs = render(extra=ALL_ON_JSON)
+    for name, values, labels in (
+        ("kz-kuzk-operator", OPERATOR_POD, {"app.kubernetes.io/name": "kuzk-operator"}),
+        ("kz-kuzk-status", STATUS_POD, {"app.kubernetes.io/name": "kuzk-status-server"}),
+    ):
+        deploy = one(docs, "Deployment", name)
+        pod = _pod(docs, "Deployment", name)
+        spec = pod["spec"]
+        assert spec["imagePullSecrets"] == PULL_SECRETS
+        for field in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+            assert spec[field] == values[field], (name, field)
+        selector = deploy["spec"]["selector"]["matchLabels"]
+        (spread,) = spec["topologySpreadConstraints"]
+        (wanted,) = values["topologySpreadConstraints"]
+        # One that names no pods counts the Deployment's own.
+        assert spread == {"labelSelector": {"matchLabels": selector}} | wanted
+        # The extra labels join the chart's, which they cannot replace (the selector holds).
+        assert pod["metadata"]["labels"]["team"] == values["podLabels"]["team"]
+        assert pod["metadata"]["labels"].items() >= selector.items() >= labels.items()
+        assert pod["metadata"]["annotations"].items() >= values["podAnnotations"].items()
+        (c,) = spec["containers"]
+        assert c["env"][-len(values["extraEnv"]):] == values["extraEnv"]
+        assert c["env"][0]["name"] == "POD_IP"
+        account = one(docs, "ServiceAccount", name)
+        assert account["metadata"]["annotations"] == values["serviceAccount"]["annotations"]
+        pdb = one(docs, "PodDisruptionBudget", name)
+        assert pdb["apiVersion"] == "policy/v1"
+        assert pdb["spec"]["selector"]["matchLabels"] == selector
+        others = [d for d in docs if d["kind"] == "Deployment" and d is not deploy]
+        assert all(not selector.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+                   for o in others)  # its own pods, not the other Deployment's
+        budget = {k: v for k, v in values["podDisruptionBudget"].items() if k != "enabled"}
+        assert {k: v for k, v in pdb["spec"].items() if k != "selector"} == budget
+    # The status server keeps its scrape annotations beside the extra ones.
+    status = _pod(docs, "Deployment", "kz-kuzk-status")["metadata"]["annotations"]
+    assert status["prometheus.io/scrape"] == "true"
+    assert _pod(docs, "Deployment", "kz-kuzk-status")["spec"]["topologySpreadConstraints"][0][
+        "labelSelector"] == {"matchLabels": {"tier": "status"}}  # as given
+
+    # The uninstall hook runs where the operator may, pulling as it does: no stalled uninstall.
+    hook = _pod(docs, "Job", "kz-kuzk-release-finalizers")["spec"]
+    assert hook["imagePullSecrets"] == PULL_SECRETS
+    for field in ("nodeSelector", "tolerations", "affinity"):
+        assert hook[field] == OPERATOR_POD[field], field
+    assert "priorityClassName" not in hook and "topologySpreadConstraints" not in hook
+
+
+def test_pod_settings_render_nothing_when_empty() -> None:
+    docs = render()
+    assert "PodDisruptionBudget" not in {d["kind"] for d in docs}
+    for kind, name in (("Deployment", "kz-kuzk-operator"), ("Deployment", "kz-kuzk-status"),
+                       ("Job", "kz-kuzk-release-finalizers")):
+        spec = _pod(docs, kind, name)["spec"]
+        assert not {"imagePullSecrets", "nodeSelector", "tolerations", "affinity",
+                    "topologySpreadConstraints", "priorityClassName"} & set(spec), name
+    # only the scrape annotations of the operator's own /metrics
+    assert set(_pod(docs, "Deployment", "kz-kuzk-operator")["metadata"]["annotations"]) == {
+        "prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path"}
+    for name in ("kz-kuzk-operator", "kz-kuzk-status"):
+        assert "annotations" not in one(docs, "ServiceAccount", name)["metadata"]
+    env = _pod(docs, "Deployment", "kz-kuzk-operator")["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == ["POD_IP", "POD_NAME"]
+
+
+@pytest.mark.parametrize(
+    ("budget", "spec"),
+    [
+        ((), {"maxUnavailable": 1}),
+        (("minAvailable=0",), {"minAvailable": 0}),
+        (("maxUnavailable=0",), {"maxUnavailable": 0}),
+        (("minAvailable=50%",), {"minAvailable": "50%"}),
+    ],
+)
+def test_pod_disruption_budget_takes_the_one_bound_given(budget: tuple[str, ...],
+                                                         spec: dict[str, Any]) -> None:
+    docs = render("statusServer.podDisruptionBudget.enabled=true",
+                  *(f"statusServer.podDisruptionBudget.{b}" for b in budget))
+    pdb = one(docs, "PodDisruptionBudget", "kz-kuzk-status")
+    assert {k: v for k, v in pdb["spec"].items() if k != "selector"} == spec
+    kubernetes_validate.validate(pdb, KUBE, strict=True)
+
+
+def test_pod_disruption_budget_with_both_bounds_fails_naming_them() -> None:
+    out = helm("template", "kz", str(CHART), "--kube-version", KUBE,
+               "--set", "operator.podDisruptionBudget.enabled=true",
+               "--set", "operator.podDisruptionBudget.minAvailable=1",
+               "--set", "operator.podDisruptionBudget.maxUnavailable=1")
+    assert out.returncode != 0
+    assert "operator.podDisruptionBudget" in out.stderr and "maxUnavailable" in out.stderr

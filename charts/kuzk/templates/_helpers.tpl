@@ -27,29 +27,56 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{- define "kuzk.statusName" -}}
-{{ include "kuzk.fullname" . }}-status
+{{ include "kuzk.suffixed" (list . "status") }}
 {{- end }}
 
-{{/* Where Prometheus finds the status server's metrics (pods and Service carry them). */}}
+{{/* Where Prometheus finds a pod's metrics (on the pods only: discovery of pods and of
+endpoints would otherwise scrape each replica twice). Call with (list $ port). */}}
 {{- define "kuzk.scrapeAnnotations" -}}
-{{- if .Values.metrics.annotations -}}
+{{- if (index . 0).Values.metrics.annotations -}}
 prometheus.io/scrape: "true"
-prometheus.io/port: {{ .Values.statusServer.port | quote }}
+prometheus.io/port: {{ index . 1 | quote }}
 prometheus.io/path: /metrics
 {{- end }}
 {{- end }}
 
+{{/* The chart's name: nameOverride, or the chart's own. */}}
+{{- define "kuzk.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* What every object's name starts with, as `helm create` makes it: fullnameOverride, or the
+release name where it contains the chart's name already (release kuzk: kuzk-operator), or
+<release>-<name> (release kz: kz-kuzk-operator). */}}
 {{- define "kuzk.fullname" -}}
-{{- printf "%s-kuzk" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The fullname plus a suffix, at most 63 characters with the whole suffix kept: the fullname
+gives way. Call with (list $ "operator"). */}}
+{{- define "kuzk.suffixed" -}}
+{{- $suffix := index . 1 }}
+{{- $room := sub 62 (len $suffix) | int }}
+{{- $base := regexReplaceAll "[-.]+$" (include "kuzk.fullname" (index . 0) | trunc $room) "" }}
+{{- printf "%s-%s" $base $suffix }}
 {{- end }}
 
 {{/* The ConfigMap where the operator keeps what deleted objects counted (kuzk.ledger). */}}
 {{- define "kuzk.ledgerName" -}}
-{{ include "kuzk.fullname" . | trunc 56 | trimSuffix "-" }}-ledger
+{{ include "kuzk.suffixed" (list . "ledger") }}
 {{- end }}
 
 {{- define "kuzk.proverRole" -}}
-{{ include "kuzk.fullname" . }}-prover
+{{ include "kuzk.suffixed" (list . "prover") }}
 {{- end }}
 
 {{- define "kuzk.image" -}}
@@ -87,4 +114,78 @@ seccompProfile:
 
 {{- define "kuzk.allowedPriorityClasses" -}}
 {{ toJson (.Values.prover.allowedPriorityClasses | default (list "kuzk-critical" "kuzk-high" "kuzk-normal")) }}
+{{- end }}
+
+{{/* A pod template's labels or annotations: the chart's (first argument, YAML), then the ones
+from values (second: podLabels, podAnnotations), which cannot replace them. */}}
+{{- define "kuzk.merged" -}}
+{{- if index . 1 }}
+{{- merge (index . 0 | fromYaml) (index . 1) | toYaml }}
+{{- else }}
+{{- index . 0 }}
+{{- end }}
+{{- end }}
+
+{{/* topologySpreadConstraints (second argument), where one without a labelSelector gets the
+Deployment's selector labels (first argument, YAML). */}}
+{{- define "kuzk.topologySpread" -}}
+{{- $selector := index . 0 | fromYaml }}
+{{- $out := list }}
+{{- range index . 1 }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- $out = append $out $c }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/* The scheduling fields of a pod spec, from a values block (operator or statusServer), with
+the Deployment's selector labels (YAML) for topology spread constraints that name none. */}}
+{{- define "kuzk.scheduling" -}}
+{{- $v := index . 0 }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints: {{- include "kuzk.topologySpread" (list (index $ 1) .) | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* A PodDisruptionBudget: (list podDisruptionBudget-values name selector-labels-YAML
+labels-YAML values-path). minAvailable or maxUnavailable, whichever is set; neither:
+maxUnavailable 1. */}}
+{{- define "kuzk.podDisruptionBudget" -}}
+{{- $pdb := index . 0 }}
+{{- $path := index . 4 }}
+{{- $min := $pdb.minAvailable }}
+{{- $max := $pdb.maxUnavailable }}
+{{- $hasMin := and (not (kindIs "invalid" $min)) (ne (toString $min) "") }}
+{{- $hasMax := and (not (kindIs "invalid" $max)) (ne (toString $max) "") }}
+{{- if and $hasMin $hasMax }}
+{{- fail (printf "%s: set minAvailable or maxUnavailable, not both" $path) }}
+{{- end }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ index . 1 }}
+  labels: {{- index . 3 | nindent 4 }}
+spec:
+  {{- if $hasMin }}
+  minAvailable: {{ $min }}
+  {{- else }}
+  maxUnavailable: {{ ternary $max 1 $hasMax }}
+  {{- end }}
+  selector:
+    matchLabels: {{- index . 2 | nindent 6 }}
 {{- end }}
