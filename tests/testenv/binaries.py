@@ -22,6 +22,7 @@ NAMES = (
     "kubectl",
     "helm",
     "prometheus",
+    "promtool",
 )
 
 

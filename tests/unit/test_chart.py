@@ -29,6 +29,8 @@ KUBE = "1.37.2"
 ALL_ON = (
     "metrics.serviceMonitor.enabled=true",
     "metrics.serviceMonitor.labels.release=prometheus",
+    "metrics.prometheusRule.enabled=true",
+    "metrics.grafanaDashboard.enabled=true",
     "operator.watchNamespaces={team-a,team-b}",
     "prover.namespaces={team-a,team-b}",
     "statusServer.serviceType=NodePort",
@@ -114,10 +116,10 @@ def test_manifests_validate_against_the_kubernetes_schemas(sets: tuple[str, ...]
             "Job", "PriorityClass"} <= kinds
     assert ("PodDisruptionBudget" in kinds) == bool(extra)
     for doc in docs:
-        if doc["kind"] == "ServiceMonitor":
-            continue  # a Prometheus Operator kind: no Kubernetes schema; checked below
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # Prometheus Operator kinds: no Kubernetes schema; checked elsewhere
         kubernetes_validate.validate(doc, KUBE, strict=True)
-    assert ("ServiceMonitor" in kinds) == bool(sets)
+    assert ("ServiceMonitor" in kinds) == ("PrometheusRule" in kinds) == bool(sets)
 
 
 def test_status_server_deployment_service_and_probes() -> None:
