@@ -79,7 +79,6 @@ def _installed(cluster: Cluster, namespace: str, images: Images) -> Iterator[Non
         "install", "kz", "charts/kuzk", "-n", namespace, "--wait", "--timeout", "180s",
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
         "--set", f"prover.image={images.prover}",
-        "--set", "priorityClasses.create=false",
         "--set", "operator.peeringLifetime=5",
         # Pods share the host's network here: each status server binds its own pod address.
         "--set", "statusServer.listenAddress=$(POD_IP)",

@@ -69,7 +69,6 @@ def chart_values(namespace: str) -> list[str]:
         "--set", "image.repository=kuzk", "--set", "image.tag=test",
         "--set-json", f"command={json.dumps([str(BIN / 'kuzk')])}",
         "--set-json", f"prover.command={json.dumps([str(BIN / 'kuzk-prover')])}",
-        "--set", "priorityClasses.create=false",  # the session installed them
         "--set", "operator.peeringLifetime=5",
         "--set-json", f"operator.watchNamespaces={json.dumps([namespace])}",
         "--set", "statusServer.listenAddress=$(POD_IP)",
@@ -414,6 +413,21 @@ def test_5_rbac_is_minimal(release: Release) -> None:
     assert "Forbidden" in _as(r, STATUS, "label", "pj", name, "touched=yes")
     assert "Forbidden" in _as(r, STATUS, "delete", "pod", status_pods(r)[0].metadata.name)
     assert "Forbidden" in _as(r, "kuzk-prover", "get", "pj", name)
+    # Kubernetes' own roles carry ProofJobs: a namespace editor may create them, a viewer
+    # only read them (the aggregation controller fills the roles in a moment).
+    editor, viewer = f"editor-{r.namespace}", f"viewer-{r.namespace}"
+    for user, role in ((editor, "edit"), (viewer, "view")):
+        r.cluster.kubectl("create", "rolebinding", user, f"--clusterrole={role}",
+                          f"--user={user}", "-n", r.namespace)
+
+    def can(user: str, verb: str) -> bool:
+        out = r.cluster.kubectl("auth", "can-i", verb, "proofjobs.kuzk.io", "-n", r.namespace,
+                                f"--as={user}", check=False)
+        return out.stdout.strip() == "yes"
+
+    wait_for(lambda: can(editor, "create") and can(viewer, "list"), 30,
+             "the built-in roles aggregating the chart's")
+    assert can(editor, "delete") and not can(viewer, "create") and not can(viewer, "delete")
     job = get_job(r.cluster, r.namespace, name)
     assert job is not None and "touched" not in (job["metadata"].get("labels") or {})
 

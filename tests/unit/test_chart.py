@@ -229,6 +229,25 @@ def test_priority_classes_rank_the_proof_kinds_by_deadline() -> None:
                 value_a = rendered[a.priority_class_name]["value"]
                 assert value_a > rendered[b.priority_class_name]["value"]
     assert not [d for d in render("priorityClasses.create=false") if d["kind"] == "PriorityClass"]
+    # shared by the cluster's releases, whose partition pods may name them: kept on uninstall
+    assert {d["metadata"]["annotations"]["helm.sh/resource-policy"]
+            for d in rendered.values()} == {"keep"}
+
+
+def test_namespace_users_get_proofjobs_through_the_built_in_roles() -> None:
+    roles = {d["metadata"]["name"]: d for d in render() if d["kind"] == "ClusterRole"}
+    edit, view = roles["kz-kuzk-edit"], roles["kz-kuzk-view"]
+    assert {k for k, v in edit["metadata"]["labels"].items() if v == "true"} == {
+        "rbac.authorization.k8s.io/aggregate-to-edit",
+        "rbac.authorization.k8s.io/aggregate-to-admin"}
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    (rule,) = edit["rules"]
+    assert rule["resources"] == ["proofjobs"] and "create" in rule["verbs"]
+    (rule,) = view["rules"]
+    assert set(rule["verbs"]) == {"get", "list", "watch"}
+    assert {"proofjobs", "workerstatuses"} <= set(rule["resources"])
+    off = render("rbac.aggregateToDefaultRoles=false")
+    assert not {"kz-kuzk-edit", "kz-kuzk-view"} & {d["metadata"]["name"] for d in off}
 
 
 def test_prover_role_is_the_shared_file_and_bound_cluster_wide() -> None:
