@@ -35,6 +35,8 @@ FOLDED_KEEP_S = 600.0
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0,
                     1800.0, math.inf)
 DURATION_STAGES = (("synthesis", "synthMs"), ("gpu", "gpuMs"))
+# A partition's wait in the queue: from its job's start until its first attempt's pod started.
+QUEUE_STAGE = "queue"
 
 # (namespace, proof kind) for partition counts; (proof kind, stage) for durations
 KindKey = tuple[str, str]
@@ -127,30 +129,53 @@ class Tally:
         return tally
 
 
-def job_tally(namespace: str, proof_kind: str,
-              partitions: Iterable[tuple[str, int | None, int | None]]) -> Tally:
-    """What a job's partitions, as (state, synthMs, gpuMs), count."""
+@dataclass(frozen=True)
+class Finished:
+    """What the tally reads of one partition: its state, synthesis and GPU milliseconds, and
+    its wait in the queue in seconds (None where unknown)."""
+
+    state: str
+    synth_ms: int | None = None
+    gpu_ms: int | None = None
+    queue_s: float | None = None
+
+
+def job_tally(namespace: str, proof_kind: str, partitions: Iterable[Finished]) -> Tally:
+    """What a job's partitions count: done and failed ones, and the durations of the done."""
     tally = Tally()
     key = (namespace, proof_kind)
-    for state, synth_ms, gpu_ms in partitions:
-        if state == api.FAILED:
+    for p in partitions:
+        if p.state == api.FAILED:
             tally.failed[key] += 1
-        elif state == api.DONE:
+        elif p.state == api.DONE:
             tally.completed[key] += 1
-            for (stage, _), millis in zip(DURATION_STAGES, (synth_ms, gpu_ms), strict=True):
-                if millis is not None:
-                    tally.durations.setdefault((proof_kind, stage), Histogram()).observe(
-                        millis / 1000)
+            seconds = (None if p.synth_ms is None else p.synth_ms / 1000,
+                       None if p.gpu_ms is None else p.gpu_ms / 1000, p.queue_s)
+            stages = (*(stage for stage, _ in DURATION_STAGES), QUEUE_STAGE)
+            for stage, value in zip(stages, seconds, strict=True):
+                if value is not None:
+                    tally.durations.setdefault((proof_kind, stage), Histogram()).observe(value)
     return tally
+
+
+def queue_wait(job_start: float | None, attempt: int, started: float | None) -> float | None:
+    """Seconds a partition waited in the queue: from its job's start until its first
+    attempt's pod started (None for a retry, or where either time is unknown)."""
+    if attempt != 1 or job_start is None or started is None:
+        return None
+    return max(0.0, started - job_start)
 
 
 def proofjob_tally(job: Mapping[str, Any]) -> Tally:
     """What a ProofJob (as the API server returns it) counts."""
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
-    entries = (job.get("status") or {}).get("partitions") or []
-    return job_tally(str(meta.get("namespace", "")), str(spec.get("proofKind", "")),
-                     ((str(e.get("state", "")), _millis(e.get(DURATION_STAGES[0][1])),
-                       _millis(e.get(DURATION_STAGES[1][1]))) for e in entries))
+    status = job.get("status") or {}
+    start = _timestamp(status.get("startTime"))
+    return job_tally(str(meta.get("namespace", "")), str(spec.get("proofKind", "")), (
+        Finished(str(e.get("state", "")), _millis(e.get("synthMs")), _millis(e.get("gpuMs")),
+                 queue_wait(start, _millis(e.get("attempt")) or 1,
+                            _timestamp(e.get("startedAt"))))
+        for e in status.get("partitions") or []))
 
 
 def workerstatus_tally(worker_status: Mapping[str, Any]) -> Tally:
@@ -161,6 +186,13 @@ def workerstatus_tally(worker_status: Mapping[str, Any]) -> Tally:
 
 def _millis(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _timestamp(value: Any) -> float | None:
+    try:
+        return api.parse_time(value).timestamp() if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 @dataclass

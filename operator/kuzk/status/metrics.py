@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from kuzk.api import PHASES, PROOF_KINDS, STATES, version
-from kuzk.ledger import DURATION_BUCKETS
+from kuzk.ledger import DURATION_BUCKETS, QUEUE_STAGE
 from kuzk.status.history import IDLE_REASONS
 from kuzk.status.view import StatusView
 from kuzk.workerstatus import LaneStage, Worker, WorkerState
@@ -101,11 +101,19 @@ class ViewCollector(Collector):
             "kuzk_partition_duration_seconds",
             "Synthesis and GPU time of finished partitions, from their synthMs and gpuMs.",
             labels=["proof_kind", "stage"])
+        queue = HistogramMetricFamily(
+            "kuzk_partition_queue_wait_seconds",
+            "How long finished partitions waited for a GPU: from their job's start until their"
+            " first attempt's pod started.", labels=["proof_kind"])
+        bounds = ["+Inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
         for (kind, stage), hist in sorted(counts.durations.items()):
-            bounds = ["+Inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
-            durations.add_metric([kind, stage], list(zip(bounds, hist.buckets, strict=True)),
-                                 hist.total)
+            buckets = list(zip(bounds, hist.buckets, strict=True))
+            if stage == QUEUE_STAGE:
+                queue.add_metric([kind], buckets, hist.total)
+            else:
+                durations.add_metric([kind, stage], buckets, hist.total)
         yield durations
+        yield queue
 
         completed = CounterMetricFamily("kuzk_partitions_completed",
                                         "Partitions done, deleted ProofJobs' included.",

@@ -26,6 +26,7 @@ class Partition:
     worker: str | None = None
     synth_ms: int | None = None
     gpu_ms: int | None = None
+    started_at: float | None = None
     reason: str | None = None
     message: str | None = None
 
@@ -135,6 +136,7 @@ def job(obj: Mapping[str, Any]) -> Job:
             worker=_str(entry.get("worker")),
             synth_ms=_int(entry.get("synthMs")),
             gpu_ms=_int(entry.get("gpuMs")),
+            started_at=_time(entry.get("startedAt")),
             reason=_str(entry.get("reason")),
             message=_str(entry.get("message")),
         )

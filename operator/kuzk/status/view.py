@@ -285,9 +285,10 @@ class StatusView:
         store[k] = value
         if isinstance(value, Job):
             self.history.saw_job(value, now)
-            self.tallies[k] = ledger.job_tally(
-                value.namespace, value.proof_kind,
-                ((p.state, p.synth_ms, p.gpu_ms) for p in value.partitions))
+            self.tallies[k] = ledger.job_tally(value.namespace, value.proof_kind, (
+                ledger.Finished(p.state, p.synth_ms, p.gpu_ms,
+                                ledger.queue_wait(value.start_time, p.attempt, p.started_at))
+                for p in value.partitions))
             self._track_queue(k, value, now)
         elif isinstance(value, WorkerNode):
             self.history.saw_workers(value, self.queue, now)

@@ -8,7 +8,7 @@ import pytest
 
 from kuzk import ledger
 from kuzk.ledger import FOLDED_KEEP_S, Ledger, Tally
-from tests.unit.status.builders import part, proofjob, workerstatus
+from tests.unit.status.builders import T0, part, proofjob, stamp, workerstatus
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -25,6 +25,16 @@ def test_a_job_counts_its_finished_partitions_and_their_durations() -> None:
     assert synthesis.buckets[ledger.DURATION_BUCKETS.index(1.0)] == 1
     assert synthesis.buckets[-1] == 2
     assert tally.durations[("winning-post", "gpu")].count == 1
+    assert ("winning-post", ledger.QUEUE_STAGE) not in tally.durations  # no startedAt
+
+
+def test_a_partition_waits_from_its_jobs_start_until_its_first_pod_started() -> None:
+    job = proofjob("j", part(0, "done", startedAt=stamp(T0 + 4)),
+                   part(1, "done", attempt=2, startedAt=stamp(T0 + 90)),  # a retry: not counted
+                   part(2, "gpu", startedAt=stamp(T0 + 7)),  # not finished yet
+                   started=T0)
+    queue = ledger.proofjob_tally(job).durations[("snap-update", ledger.QUEUE_STAGE)]
+    assert (queue.count, queue.total) == (1, 4.0)
 
 
 def test_a_fold_counts_once() -> None:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kuzk import api
 from kuzk.status.app import STATIC, make_app
 from kuzk.status.view import StatusView
-from tests.unit.status.builders import T0, node, part, proofjob, worker, workerstatus
+from tests.unit.status.builders import T0, node, part, proofjob, stamp, worker, workerstatus
 from tests.unit.status.conftest import Clock, Feed
 
 Client = TestClient  # type: ignore[type-arg]
@@ -28,7 +28,8 @@ async def http(aiohttp_client, view: StatusView) -> Client:
 
 
 def fill(feed: Feed) -> None:
-    feed(proofjobs=[proofjob("a", part(0, "done", synthMs=1500, gpuMs=200), part(1, "gpu"),
+    feed(proofjobs=[proofjob("a", part(0, "done", synthMs=1500, gpuMs=200,
+                                       startedAt=stamp(T0 + 3)), part(1, "gpu"),
                              part(2, "pending"), count=3),
                     proofjob("b", part(0, "failed", reason="InvalidInput"), count=1,
                              kind="porep-c2", phase="Failed", finished=T0)],
@@ -221,6 +222,11 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
                  stage="gpu") == 1
     assert value("kuzk_partition_duration_seconds_sum", proof_kind="snap-update",
                  stage="synthesis") == 1.5
+    assert ("kuzk_partition_duration_seconds_count",
+            (("proof_kind", "snap-update"), ("stage", "queue"))) not in samples
+    assert value("kuzk_partition_queue_wait_seconds_sum", proof_kind="snap-update") == 3.0
+    assert value("kuzk_partition_queue_wait_seconds_bucket", proof_kind="snap-update",
+                 le="5.0") == 1
     assert value("kuzk_status_view_age_seconds") == status["view"]["age_secs"]
     assert value("kuzk_watch_restarts_total", resource="pods") == 0
     assert value("process_resident_memory_bytes") > 0
