@@ -146,3 +146,15 @@ def test_demo_refuses_a_missing_kubeconfig(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert out.stderr.startswith("error: cannot use kubeconfig")
     assert "Traceback" not in out.stderr
+
+
+def test_the_demo_script_on_a_given_cluster_builds_no_control_plane(tmp_path: Path) -> None:
+    """``./scripts/demo --kubeconfig PATH`` sets up only the Python environment: with an empty
+    binary cache it builds nothing before the demo itself answers."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "KUZK_TESTENV_CACHE": str(cache)}
+    out = subprocess.run([str(ROOT / "scripts" / "demo"), "--kubeconfig", str(tmp_path / "nope")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert "error: cannot use kubeconfig" in out.stderr
+    assert not cache.exists()
