@@ -238,12 +238,19 @@ def _one_log_format(r: Release) -> None:
 
 def _prometheus_agrees(r: Release, prom: prometheus.Prometheus, pj: list[dict[str, Any]]) -> None:
     ips = sorted(p.status.pod_ip for p in status_pods(r))
+    # The operator's pods carry the scrape annotations of its own /metrics too.
+    operator_ips = sorted(p.status.pod_ip for p in r.cluster.core.list_namespaced_pod(
+        r.namespace, label_selector="app.kubernetes.io/name=kuzk-operator").items
+        if p.status.pod_ip and not p.metadata.deletion_timestamp)
+    assert len(operator_ips) == 2, operator_ips
 
     def targets_up() -> bool:
         up = sorted(t["labels"]["pod_ip"] for t in prom.targets() if t["health"] == "up")
-        return up == ips
+        return up == sorted(ips + operator_ips)
 
-    wait_for(targets_up, 60, f"Prometheus targets {ips} up", interval=0.5)
+    wait_for(targets_up, 60, f"Prometheus targets {ips} and {operator_ips} up", interval=0.5)
+    acting = prom.query("count(kuzk_operator_paused == 0)")
+    assert acting and float(acting[0]["value"][1]) >= 1, acting
     total = sum(j["status"]["succeeded"] for j in pj)
     stale = stale_writes(r)
     workers = {p.status.pod_ip: len(get_status(p)["gpu_workers"]) for p in status_pods(r)}

@@ -204,9 +204,11 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     assert metrics[("kuzk_proofjobs", (("phase", "Succeeded"), ("proof_kind", "snap-update")))] == 1
     for w in mine:
         assert metrics[("kuzk_gpu_workers", (("node", w["node"]), ("state", "gpu")))] == 0
-        busy = metrics[("kuzk_gpu_busy_seconds_total", (("gpu_uuid", w["gpu_uuid"]),
-                                                        ("node", w["node"]),
-                                                        ("worker", w["worker_id"])))]
+        (busy,) = [v for (name, labels), v in metrics.items()
+                   if name == "kuzk_gpu_busy_seconds_total"
+                   and {k: dict(labels)[k] for k in ("node", "worker", "gpu_uuid", "UUID")} == {
+                       "node": w["node"], "worker": w["worker_id"], "gpu_uuid": w["gpu_uuid"],
+                       "UUID": w["gpu_uuid"]}]
         assert busy == pytest.approx(w["busy_seconds_total"], abs=0.01)
     histogram = metrics[("kuzk_partition_duration_seconds_count",
                          (("proof_kind", "snap-update"), ("stage", "gpu")))]
