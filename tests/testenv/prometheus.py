@@ -146,6 +146,11 @@ class Prometheus:
         assert data["resultType"] == "vector", data
         return list(data["result"])
 
+    def value(self, expr: str) -> float | None:
+        """The value of the first sample of ``expr`` (None when it has none)."""
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else None
+
     def targets(self) -> list[dict[str, Any]]:
         """The active targets (``/api/v1/targets``)."""
         return list(self._get("/api/v1/targets", state="active")["activeTargets"])

@@ -12,11 +12,6 @@ from tests.testenv.controlplane import free_port
 from tests.testenv.waiting import wait_for
 
 
-def _value(prom: prometheus.Prometheus, expr: str) -> float | None:
-    result = prom.query(expr)
-    return float(result[0]["value"][1]) if result else None
-
-
 def test_prometheus_scrapes_the_operators_own_metrics(prover_account, namespace: str, nodes,
                                                        run_operator, tmp_path: Path) -> None:
     nodes(1, gpus=2)
@@ -28,13 +23,13 @@ def test_prometheus_scrapes_the_operators_own_metrics(prover_account, namespace:
     with prometheus.Prometheus(tmp_path / "prometheus", cfg) as prom:
         apply_job(prover_account, namespace, proofjob("measured", partitions=2, circuitLog2=10))
         wait_job(prover_account, namespace, "measured", "Succeeded")
-        wait_for(lambda: (_value(prom, 'sum(kuzk_operator_work_duration_seconds_count'
+        wait_for(lambda: (prom.value('sum(kuzk_operator_work_duration_seconds_count'
                                        '{kind="job"})') or 0) >= 2, 60,
                  "Prometheus reading the job's syncs")
-        created = _value(prom, 'sum(kuzk_operator_api_requests_total'
+        created = prom.value('sum(kuzk_operator_api_requests_total'
                                '{method="POST",code="201"})')
         assert created is not None and created >= 2  # the two pods, at least
-        assert _value(prom, "max(kuzk_operator_paused)") == 0
-        assert _value(prom, "max(kuzk_operator_queued_keys)") is not None
+        assert prom.value("max(kuzk_operator_paused)") == 0
+        assert prom.value("max(kuzk_operator_queued_keys)") is not None
         (build,) = prom.query("kuzk_build_info")
         assert build["metric"]["version"] == api.version()

@@ -32,15 +32,11 @@ COUNTERS = ("kuzk_partitions_completed_total", "kuzk_partitions_failed_total",
             "kuzk_partition_duration_seconds_sum")
 
 
-def _value(prom: prometheus.Prometheus, expr: str) -> float | None:
-    result = prom.query(expr)
-    return float(result[0]["value"][1]) if result else None
-
 
 def _scraped_since(prom: prometheus.Prometheus, moment: float, scrapes: int) -> bool:
     """Whether Prometheus has ``scrapes`` successful scrapes of the server after ``moment``."""
     window = max(int(time.time() - moment), 1)
-    got = _value(prom, f"count_over_time(kuzk_status_view_synced[{window}s])")
+    got = prom.value(f"count_over_time(kuzk_status_view_synced[{window}s])")
     return got is not None and got >= scrapes
 
 
@@ -85,8 +81,8 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             custom.patch_cluster_custom_object_status(
                 api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node,
                 {"status": {"workers": [], "staleWritesRejected": 3}})
-            wait_for(lambda: _value(prom, COMPLETED) == 3, 60, "Prometheus reading 3")
-            wait_for(lambda: (_value(prom, STALE) or 0) >= 3, 60, "Prometheus reading 3 stale")
+            wait_for(lambda: prom.value(COMPLETED) == 3, 60, "Prometheus reading 3")
+            wait_for(lambda: (prom.value(STALE) or 0) >= 3, 60, "Prometheus reading 3 stale")
             quiet_from = time.time()
 
             # a goes past its TTL (the operator folds it, then deletes it); b is deleted by
@@ -105,19 +101,19 @@ def test_counters_carry_on_across_deletions_and_a_restart(
                      "three scrapes of the restarted server")
             window = int(time.time() - quiet_from) + 1
             for counter in COUNTERS:
-                assert _value(prom, f"sum(resets({counter}[{window}s]))") == 0, counter
+                assert prom.value(f"sum(resets({counter}[{window}s]))") == 0, counter
             for counter in COUNTERS[:2]:
-                assert _value(prom, f"sum(increase({counter}[{window}s]))") == 0, counter
-            assert _value(prom, COMPLETED) == 3
-            assert (_value(prom, STALE) or 0) >= 3
+                assert prom.value(f"sum(increase({counter}[{window}s]))") == 0, counter
+            assert prom.value(COMPLETED) == 3
+            assert (prom.value(STALE) or 0) >= 3
 
             apply_job(cluster, namespace, proofjob("c", partitions=2, circuitLog2=10))
             wait_job(cluster, namespace, "c", "Succeeded")
-            wait_for(lambda: _value(prom, COMPLETED) == 5, 60,
+            wait_for(lambda: prom.value(COMPLETED) == 5, 60,
                      "Prometheus reading the 2 partitions done after the restart")
             window = int(time.time() - quiet_from) + 1
-            assert _value(prom, f"sum(resets(kuzk_partitions_completed_total[{window}s]))") == 0
-            grew = _value(prom, f"sum(increase(kuzk_partitions_completed_total[{window}s]))")
+            assert prom.value(f"sum(resets(kuzk_partitions_completed_total[{window}s]))") == 0
+            grew = prom.value(f"sum(increase(kuzk_partitions_completed_total[{window}s]))")
             assert grew is not None and 1.5 <= grew <= 3  # 2, extrapolated over the window
         finally:
             server.stop()
