@@ -10,7 +10,7 @@
 #       arguments, a CPU-only prover (NumPy) on the default base
 #
 # BASE_IMAGE is any Debian or Ubuntu image (python3 3.11 or later and its venv module are
-# installed when missing); EXTRAS names the project's extras to install (`gpu`: CuPy). The test
+# installed when missing); EXTRAS names more extras of the prover to install (`gpu`: CuPy). The test
 # bed builds both targets on a Debian base of its own, without extras (tests/testenv/images).
 # CuPy compiles the kernels on first use and keeps them under CUPY_CACHE_DIR; mount a writable
 # volume (an emptyDir) at /var/cache/kuzk when the root filesystem is read-only.
@@ -28,25 +28,29 @@ RUN if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then \
     fi
 
 FROM base AS build
-ARG EXTRAS=
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/kuzk
 ENV PATH=/opt/kuzk/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY operator ./operator
 COPY prover_image/kuzk_prover ./prover_image/kuzk_prover
-# The project itself from the build context, with its extras if any (`.[gpu]`, or `.`); the
-# bounds of its dependencies live in pyproject.toml, as for CI's install.
-# hadolint ignore=DL3013
-RUN pip install --no-cache-dir ".${EXTRAS:+[${EXTRAS}]}"
+
+# Each image gets the project with its own extra, at the versions the suite runs
+# (constraints.txt): the operator's carries no NumPy, the prover's no Kopf or prometheus-client.
+FROM build AS build-prover
+ARG EXTRAS=
+RUN pip install --no-cache-dir -c constraints.txt ".[prover${EXTRAS:+,${EXTRAS}}]"
+
+FROM build AS build-operator
+RUN pip install --no-cache-dir -c constraints.txt ".[operator]"
 
 FROM base AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/kuzk/bin:$PATH
-COPY --from=build /opt/kuzk /opt/kuzk
 RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin kuzk
 
 FROM runtime AS prover
+COPY --from=build-prover /opt/kuzk /opt/kuzk
 ENV CUPY_CACHE_DIR=/var/cache/kuzk/cupy
 RUN mkdir -p /var/cache/kuzk/cupy && chown -R 10001:10001 /var/cache/kuzk
 VOLUME /var/cache/kuzk
@@ -54,5 +58,6 @@ USER 10001:10001
 ENTRYPOINT ["kuzk-prover"]
 
 FROM runtime AS operator
+COPY --from=build-operator /opt/kuzk /opt/kuzk
 USER 10001:10001
 ENTRYPOINT ["kuzk"]

