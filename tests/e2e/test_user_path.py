@@ -404,6 +404,9 @@ def test_5_rbac_is_minimal(release: Release) -> None:
     for verb in ("get", "list", "watch"):
         for resource in ("proofjobs.kuzk.io", "workerstatuses.kuzk.io", "pods", "nodes"):
             assert _can(r, STATUS, verb, resource), (verb, resource)
+        # it reads ProofJobs and pods of the watched namespace only
+        for resource in ("proofjobs.kuzk.io", "pods"):
+            assert not _can(r, STATUS, verb, resource, namespace="default"), (verb, resource)
     for verb in ("create", "update", "patch", "delete"):
         for resource in ("proofjobs.kuzk.io", "workerstatuses.kuzk.io", "pods", "nodes",
                          "configmaps", "events"):

@@ -168,6 +168,17 @@ def test_status_server_rbac_is_read_only() -> None:
     assert binding["roleRef"]["name"] == "kz-kuzk-status"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kz-kuzk-status",
                                     "namespace": "kuzk-system"}]
+    # With watchNamespaces, ProofJobs and pods are read through a Role in each of them only.
+    docs = render("operator.watchNamespaces={team-a,team-b}")
+    role = one(docs, "ClusterRole", "kz-kuzk-status")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"workerstatuses",
+                                                                        "nodes"}
+    roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "kz-kuzk-status"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert {r for rule in roles[0]["rules"] for r in rule["resources"]} == {"proofjobs", "pods"}
+    bound = [d for d in docs if d["kind"] == "RoleBinding"
+             and d["roleRef"]["name"] == "kz-kuzk-status"]
+    assert sorted(b["metadata"]["namespace"] for b in bound) == ["team-a", "team-b"]
 
 
 def test_service_monitor_when_enabled_or_when_its_api_exists() -> None:
