@@ -19,6 +19,7 @@ import yaml
 
 from kuzk import api
 from tests.integration.operator.conftest import get_job
+from tests.testenv import binaries
 from tests.testenv.cluster import Cluster
 from tests.testenv.demo import DONE_LINE, EXAMPLES
 
@@ -106,6 +107,12 @@ def test_demo_headless_finishes_serves_and_stops_on_ctrl_c() -> None:
         assert sorted(p["proof_kind"] for p in pipelines) == NAMES
         assert {p["phase"] for p in pipelines} == {"Succeeded"}
         demo.expect("until Ctrl-C", 30)
+        # `helm install kuzk` names its objects kuzk-*, not kuzk-kuzk-*
+        names = subprocess.run(
+            [str(binaries.find("kubectl")), "--kubeconfig", str(workdir / "admin.kubeconfig"),
+             "get", "deployments", "-n", "kuzk-demo", "-o", "name"],
+            capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        assert sorted(names) == ["deployment.apps/kuzk-operator", "deployment.apps/kuzk-status"]
         started = _descendants(demo.proc.pid)
         assert len(started) >= 6  # etcd, apiserver, kcm, scheduler, operator, status server
     finally:

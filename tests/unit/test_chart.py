@@ -375,6 +375,27 @@ def test_an_umbrella_charts_global_values_are_accepted() -> None:
                "kz-kuzk-operator")
 
 
+def test_kuzk_renders_as_a_dependency_of_an_umbrella_chart(tmp_path: Path) -> None:
+    """An umbrella chart that depends on kuzk (a local path, as a vendored copy would be),
+    with global values and values of its own for kuzk."""
+    umbrella = tmp_path / "fleet"
+    umbrella.mkdir()
+    (umbrella / "Chart.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v2", "name": "fleet", "version": "1.0.0",
+        "dependencies": [{"name": "kuzk", "version": "0.1.0",
+                          "repository": f"file://{CHART}"}]}))
+    (umbrella / "values.yaml").write_text(yaml.safe_dump({
+        "global": {"imageRegistry": "registry.example"},
+        "kuzk": {"operator": {"replicas": 1}}}))
+    built = helm("dependency", "build", str(umbrella))
+    assert built.returncode == 0, built.stdout + built.stderr
+    out = helm("template", "fleet", str(umbrella), "-n", "proofs", "--kube-version", KUBE)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert one(docs, "Deployment", "fleet-kuzk-operator")["spec"]["replicas"] == 1
+    assert one(docs, "Deployment", "fleet-kuzk-status")
+
+
 def test_the_uninstall_hook_runs_under_its_own_least_identity() -> None:
     docs = render("operator.watchNamespaces={a}")
     name = "kz-kuzk-release-finalizers"
