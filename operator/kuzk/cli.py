@@ -19,7 +19,6 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-import kopf
 from kubernetes import client, config
 
 from kuzk import api, controller, crds, logs
@@ -252,6 +251,8 @@ def _kubeconfig(text: str) -> str:
 
 
 def run_operator(args: argparse.Namespace) -> int:
+    import kopf
+
     from kuzk import handlers
 
     kopf.configure(verbose=args.verbose)
@@ -348,8 +349,25 @@ def run_status_server(args: argparse.Namespace) -> int:
     return 0
 
 
+# What `kuzk operator` and `kuzk status-server` need beyond the core: the operator extra. The
+# prover's image has the kuzk package without it.
+OPERATOR_EXTRA = ("kopf", "aiohttp", "prometheus_client", "yaml")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ModuleNotFoundError as e:
+        if e.name not in OPERATOR_EXTRA:
+            raise
+        print(f"error: kuzk {args.command} needs {e.name}, from kuzk's operator extra"
+              " (pip install 'kuzk[operator]'); the prover image runs kuzk-prover only",
+              file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "crds":
         sys.stdout.write(crds.dump_yaml())
         return 0
