@@ -78,8 +78,20 @@ RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
 
 # Kubernetes names: pods (and our label values) must stay valid DNS labels.
 DNS_LABEL_MAX = 63
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN_MAX = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _NAME_HASH_CHARS = 8
+
+
+def is_dns_label(text: str) -> bool:
+    """Whether ``text`` is a DNS-1123 label (a namespace's name, a pod's)."""
+    return len(text) <= DNS_LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """Whether ``text`` is a DNS-1123 subdomain (a ConfigMap's name)."""
+    return len(text) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(text) is not None
 
 
 def version() -> str:
@@ -218,7 +230,7 @@ def pod_name(job_name: str, partition: int, attempt: int) -> str:
     """
     suffix = f"-p{partition}-a{attempt}"
     plain = job_name + suffix
-    if len(plain) <= DNS_LABEL_MAX and _DNS_LABEL.match(plain):
+    if is_dns_label(plain):
         return plain
     return _hashed(job_name, DNS_LABEL_MAX - len(suffix)) + suffix
 

@@ -212,11 +212,8 @@ def _port(text: str) -> int:
     return int(text)
 
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
-
-
 def _namespace(text: str) -> str:
-    if not re.fullmatch(_DNS_LABEL, text):
+    if not api.is_dns_label(text):
         msg = f"expected a namespace name (a DNS label), got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return text
@@ -224,8 +221,7 @@ def _namespace(text: str) -> str:
 
 def _ledger(text: str) -> tuple[str, str]:
     namespace, _, name = text.partition("/")
-    if not (re.fullmatch(_DNS_LABEL, namespace) and len(name) <= 253
-            and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name)):
+    if not (api.is_dns_label(namespace) and api.is_dns_subdomain(name)):
         msg = f"expected NAMESPACE/NAME of a ConfigMap, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return namespace, name

@@ -9,7 +9,6 @@ current revision (304 when the client already has it).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,6 @@ QUERY_LIMIT = 8 * 1024
 # query string gets the 414 that names the problem.
 LINE_LIMIT = 128 * 1024
 ALLOWED_METHODS = ("GET", "HEAD")
-NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ def filters(request: web.Request) -> Filters:
             raise BadParameter(name, f"parameter {name!r} given more than once")
         values[name] = value
     namespace, kind = values.get("namespace"), values.get("kind")
-    if namespace is not None and not NAMESPACE.match(namespace):
+    if namespace is not None and not api.is_dns_label(namespace):
         raise BadParameter("namespace", f"namespace must be a DNS label, got {namespace!r}")
     if kind is not None and kind not in api.PROOF_KINDS:
         raise BadParameter("kind", f"kind must be one of {sorted(api.PROOF_KINDS)}, got {kind!r}")

@@ -174,3 +174,17 @@ def test_proof_commitment_hashes_the_ordered_bytes():
 def test_times_are_rfc3339_utc(moment, text):
     assert api.format_time(moment) == text
     assert api.parse_time(text) == moment.replace(microsecond=0, tzinfo=moment.tzinfo or UTC)
+
+
+@pytest.mark.parametrize(("text", "label", "subdomain"), [
+    ("kuzk-system", True, True),
+    ("a" * 63, True, True),
+    ("a" * 64, False, True),
+    ("kuzk.ledger", False, True),
+    ("kuzk-system\n", False, False),
+    ("-kuzk", False, False),
+    ("Kuzk", False, False),
+    ("a" * 254, False, False),
+])
+def test_dns_names_are_checked_by_one_rule(text: str, label: bool, subdomain: bool) -> None:
+    assert (api.is_dns_label(text), api.is_dns_subdomain(text)) == (label, subdomain)
