@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ class LedgerStore:
         moment = now or datetime.now(UTC)
         for _ in range(CONFLICT_TRIES):
             current, version = self._known or self._read()
-            current = ledger.parse({"data": current.data()})  # a copy to change
+            current = copy.deepcopy(current)  # _known stays as read until written
             added = sum(current.fold(uid, tally, moment) for uid, tally in entries)
             if not added:
                 self._known = (current, version)

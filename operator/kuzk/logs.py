@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
 FORMATS = ("text", "json")
@@ -44,9 +45,8 @@ def _context(record: logging.LogRecord) -> dict[str, Any]:
 
 class JsonLines(JsonFormatter):
     def __init__(self) -> None:
-        reserved = [*logging.LogRecord("", 0, "", 0, None, None, None).__dict__,
-                    "message", "asctime", "taskName", *CONTEXT, *KOPF_EXTRAS]
-        super().__init__("%(message)s", reserved_attrs=reserved)
+        super().__init__("%(message)s", reserved_attrs=[
+            *RESERVED_ATTRS, "taskName", *CONTEXT, *KOPF_EXTRAS])
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
                    message_dict: dict[str, Any]) -> None:

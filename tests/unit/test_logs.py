@@ -24,11 +24,11 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 @pytest.fixture
 def captured() -> Iterator[tuple[io.StringIO, logging.Handler]]:
     root = logging.getLogger()
-    saved = root.handlers[:], root.level
+    handlers, level = root.handlers[:], root.level
     out = io.StringIO()
     yield out, logging.StreamHandler(out)
-    root.handlers[:], _ = saved
-    root.setLevel(saved[1])
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def _lines(out: io.StringIO) -> list[dict[str, object]]:

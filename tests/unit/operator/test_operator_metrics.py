@@ -43,8 +43,3 @@ def test_live_gauges_read_the_operator_when_scraped() -> None:
     assert (got[("kuzk_operator_queued_keys", ())], got[("kuzk_operator_paused", ())]) == (0, 1)
     assert got[("kuzk_build_info", (("version", api.version()),))] == 1
     assert ("process_resident_memory_bytes", ()) in got
-
-
-def test_nothing_is_timed_without_metrics() -> None:
-    with Timer(None, "job"):
-        pass
