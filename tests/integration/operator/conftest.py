@@ -28,7 +28,8 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config import kube_config
 
 from kuzk import api, handlers
-from kuzk.pods import PodSettings
+from kuzk.api import resolve
+from kuzk.pods import PodSettings, pod_manifest
 from kuzk.runtime import Runtime
 from tests.testenv.cluster import Cluster
 from tests.testenv.controlplane import stop_group
@@ -241,6 +242,19 @@ def wait_job(cluster: Cluster, namespace: str, name: str, phase: str,
                  for p in status.get("partitions") or []]
         msg = f"{e}; phase {status.get('phase')}, partitions {parts}"
         raise TimeoutError(msg) from e
+
+
+def bound_pod(cluster: Cluster, namespace: str, job: dict[str, Any], *,
+              finalizer: bool = True) -> dict[str, Any]:
+    """Partition 0's first pod of ``job`` as the operator would make it, created bound to a
+    node no kubelet runs (live, never started), as the API server returned it; without its
+    finalizer a delete removes it at once."""
+    manifest = pod_manifest(resolve(job), 0, 1, PodSettings(image="kuzk-standin:test"))
+    if not finalizer:
+        manifest["metadata"].pop("finalizers", None)
+    manifest["spec"]["nodeName"] = "nowhere"
+    created = cluster.core.create_namespaced_pod(namespace, manifest)
+    return dict(cluster.api.sanitize_for_serialization(created))
 
 
 def condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:

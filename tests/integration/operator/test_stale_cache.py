@@ -9,10 +9,9 @@ from typing import Any
 from kubernetes import client
 
 from kuzk import api
-from kuzk.api import resolve
 from kuzk.controller import Controller
-from kuzk.pods import PodSettings, pod_manifest
-from tests.integration.operator.conftest import apply_job, get_job, proofjob
+from kuzk.pods import PodSettings
+from tests.integration.operator.conftest import apply_job, bound_pod, get_job, proofjob
 from tests.testenv.cluster import Cluster
 
 SETTINGS = PodSettings(image="kuzk-standin:test")
@@ -24,9 +23,7 @@ def test_a_running_pod_missing_from_the_cache_is_read_not_retried(
     apply_job(cluster, namespace, proofjob("stale", partitions=1))
     job = get_job(cluster, namespace, "stale")
     assert job is not None
-    pod = pod_manifest(resolve(job), 0, 1, SETTINGS)
-    pod["spec"]["nodeName"] = "nowhere"  # bound, never started: a pod the status shows running
-    cluster.core.create_namespaced_pod(namespace, pod)
+    pod = bound_pod(cluster, namespace, job)  # never started: a pod the status shows running
     status = {"phase": "Running", "partitions": [
         {"index": 0, "state": "scheduled", "attempt": 1, "pod": pod["metadata"]["name"],
          "node": "nowhere"}]}

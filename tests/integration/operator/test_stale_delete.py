@@ -5,27 +5,16 @@ that look, on the pod that exists, deletes that one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubernetes import client
 
 from kuzk import api
-from kuzk.api import resolve
 from kuzk.controller import STALE_RESYNC_SECONDS, Controller
-from kuzk.pods import PodSettings, pod_manifest
-from tests.integration.operator.conftest import apply_job, get_job, proofjob
+from kuzk.pods import PodSettings
+from tests.integration.operator.conftest import apply_job, bound_pod, get_job, proofjob
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
 SETTINGS = PodSettings(image="kuzk-standin:test")
-
-
-def _pod(cluster: Cluster, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
-    manifest = pod_manifest(resolve(job), 0, 1, SETTINGS)
-    manifest["metadata"].pop("finalizers", None)  # so a delete deletes at once
-    manifest["spec"]["nodeName"] = "nowhere"  # bound, never started: a live pod
-    created = cluster.core.create_namespaced_pod(namespace, manifest)
-    return dict(cluster.api.sanitize_for_serialization(created))
 
 
 def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(
@@ -34,12 +23,12 @@ def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(
     apply_job(cluster, namespace, proofjob("stale", partitions=1))
     job = get_job(cluster, namespace, "stale")
     assert job is not None
-    decided_on = _pod(cluster, namespace, job)
+    decided_on = bound_pod(cluster, namespace, job, finalizer=False)
     name = decided_on["metadata"]["name"]
     cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
     wait_for(lambda: not cluster.core.list_namespaced_pod(
         namespace, field_selector=f"metadata.name={name}").items, 30, "the first pod gone")
-    replacement = _pod(cluster, namespace, job)
+    replacement = bound_pod(cluster, namespace, job, finalizer=False)
     # The job is suspended: its live pods are to be deleted. The cache still shows the first.
     custom = client.CustomObjectsApi(cluster.api)
     job = custom.patch_namespaced_custom_object(
