@@ -1,13 +1,21 @@
-"""The operator's clock: keyed work that is serialized, coalesced, retried and never dropped.
+"""The operator's clock: the one source of time, and keyed work that is serialized, coalesced,
+retried and never dropped.
 
-This is the rate-limited work queue of the Kubernetes controllers, on the event loop. Every
-key (a job, an orphaned pod, a node's worker sweep) has at most one run in flight; a kick
-during a run makes one more run after it, so a burst of events costs two runs, not one per
-event. A run returns how long until its key needs another look (None: no look needed) or
-raises ``Gone`` when its object no longer exists, which drops everything held for the key.
-Any other exception is a failed run: it is logged on one line and retried with capped,
-jittered exponential backoff until it succeeds or its object is gone, so a deadline, a TTL,
-a grace period or a sweep always fires eventually, even across an API server outage.
+``Clock`` is where kuzk reads the time: the wall clock (UTC) that timestamps and deadlines
+are compared with, a monotonic count for budgets and timers, sleeping, and timers on the
+running event loop. ``SYSTEM`` reads the machine's clocks; the operator's parts (the work
+queue below, the controller, peering, the ledger's retries) and the WorkerStatus write
+protocol take it as an argument, so that a test can give them a clock it moves by hand and
+check a deadline, a backoff or a lease without sleeping.
+
+The work queue is the rate-limited work queue of the Kubernetes controllers, on the event
+loop. Every key (a job, an orphaned pod, a node's worker sweep) has at most one run in
+flight; a kick during a run makes one more run after it, so a burst of events costs two runs,
+not one per event. A run returns how long until its key needs another look (None: no look
+needed) or raises ``Gone`` when its object no longer exists, which drops everything held for
+the key. Any other exception is a failed run: it is logged on one line and retried with
+capped, jittered exponential backoff until it succeeds or its object is gone, so a deadline,
+a TTL, a grace period or a sweep always fires eventually, even across an API server outage.
 
 Kopf timers would give the same clock, but they put a finalizer on every object they run
 for, which would leave ProofJobs and WorkerStatuses undeletable once the operator is
@@ -21,8 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -33,13 +44,46 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 
 
+class Timer(Protocol):
+    """A callback on the clock; ``asyncio.TimerHandle`` is one."""
+
+    def cancel(self) -> None: ...
+
+
+class Clock:
+    """The machine's clocks. Subclass it to move time by hand (``tests/manual_clock.py``)."""
+
+    def now(self) -> datetime:
+        """The wall clock, in UTC: what API timestamps and deadlines are compared with."""
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary start that never go back: for budgets and timers."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread (the WorkerStatus writes' backoff)."""
+        time.sleep(max(seconds, 0.0))
+
+    async def wait(self, seconds: float) -> None:
+        """Let the event loop run for ``seconds``."""
+        await asyncio.sleep(max(seconds, 0.0))
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        """Call ``callback`` on the running event loop in ``delay`` seconds."""
+        return asyncio.get_running_loop().call_later(max(delay, 0.0), callback)
+
+
+SYSTEM = Clock()
+
+
 class Gone(Exception):
     """The key's object no longer exists: forget the key."""
 
 
 @dataclass
 class _Entry:
-    timer: asyncio.TimerHandle | None = None
+    timer: Timer | None = None
     due: float | None = None
     task: asyncio.Task[None] | None = None
     dirty: bool = False
@@ -63,8 +107,10 @@ class WorkQueue:
         describe: Callable[[Hashable], str] = str,
         backoff_base: float = BACKOFF_BASE_S,
         backoff_cap: float = BACKOFF_CAP_S,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._work = work
+        self._clock = clock
         self._backoff = (backoff_base, backoff_cap)
         self._describe = describe
         self._entries: dict[Hashable, _Entry] = {}
@@ -86,8 +132,7 @@ class WorkQueue:
         if entry.task is not None and delay <= 0:
             entry.dirty = True
             return
-        loop = asyncio.get_running_loop()
-        due = loop.time() + max(delay, 0.0)
+        due = self._clock.monotonic() + max(delay, 0.0)
         if entry.due is not None and entry.due <= due:
             return
         self._arm(key, entry, due)
@@ -139,9 +184,9 @@ class WorkQueue:
     def _arm(self, key: Hashable, entry: _Entry, due: float) -> None:
         if entry.timer is not None:
             entry.timer.cancel()
-        loop = asyncio.get_running_loop()
         entry.due = due
-        entry.timer = loop.call_at(due, self._fire, key)
+        entry.timer = self._clock.call_later(
+            due - self._clock.monotonic(), lambda: self._fire(key))
 
     def _fire(self, key: Hashable) -> None:
         entry = self._entries.get(key)
@@ -183,7 +228,7 @@ class WorkQueue:
             return
         entry.dirty = False
         if delay is not None:
-            due = asyncio.get_running_loop().time() + max(delay, 0.0)
+            due = self._clock.monotonic() + max(delay, 0.0)
             if entry.due is None or due < entry.due:
                 self._arm(key, entry, due)
         if entry.timer is None:

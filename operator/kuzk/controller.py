@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 
 from kubernetes import client
@@ -33,6 +33,7 @@ from kuzk.actions import (
     Refusal,
     ReleaseWorker,
 )
+from kuzk.clock import SYSTEM, Clock
 from kuzk.ledger import proofjob_tally
 from kuzk.ledger_store import LedgerStore
 from kuzk.observe import (
@@ -88,6 +89,7 @@ class Controller:
     settings: PodSettings
     post_event: Poster
     ledger: LedgerStore | None = None
+    clock: Clock = SYSTEM
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api_client)
@@ -110,7 +112,7 @@ class Controller:
         now: datetime | None = None,
     ) -> Synced:
         """Reconcile one ProofJob once from the given (cached) objects."""
-        moment = now or datetime.now(UTC)
+        moment = now or self.clock.now()
         pods = [*pods, *self._unseen_pods(job, pods)]
         written: Body | None = None
         refused: dict[int, Refusal] = {}
@@ -336,7 +338,8 @@ class Controller:
         if action.node:
             outcome = worker_outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
-            released = workers.release(self.api_client, action.node, ref, outcome)
+            released = workers.release(self.api_client, action.node, ref, outcome,
+                                       clock=self.clock)
             log.info(
                 "finalizer release of %s/%s on %s (%s): %s",
                 ns, action.pod_name, action.node, outcome,
@@ -389,7 +392,7 @@ class Controller:
         its worker released (guarded) once its container has stopped, and its finalizer
         dropped. Returns seconds until it needs another look (its grace period), or None.
         Raises nothing when the job turns out to exist: the caller syncs the job then."""
-        moment = now or datetime.now(UTC)
+        moment = now or self.clock.now()
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         if not is_deleting(pod):
@@ -447,11 +450,11 @@ class Controller:
         ``live`` maps the UIDs of kuzk's pods on the node to None while they run, else to
         their ``worker_outcome`` (from the cache); the guarded write is made only when the
         cached WorkerStatus shows something to release."""
-        now = datetime.now(UTC)
+        now = self.clock.now()
         cached = (worker_status or {}).get("status") or {}
         if workers.decide_sweep(cached, live, now).status is None:
             return []
-        released = workers.sweep(self.api_client, node_name, live, now)
+        released = workers.sweep(self.api_client, node_name, live, now, clock=self.clock)
         for item in released:
             log.info("sweep released %s on %s", item, node_name)
         return released
@@ -464,9 +467,11 @@ class EventRecorder:
     ``dev``). Posting is fire-and-forget on threads of its own: an Event that cannot be
     posted is logged, never retried, and never holds up a sync."""
 
-    def __init__(self, api_client: client.ApiClient, instance: str) -> None:
+    def __init__(self, api_client: client.ApiClient, instance: str,
+                 clock: Clock = SYSTEM) -> None:
         self.core = client.CoreV1Api(api_client)
         self.instance = instance
+        self.clock = clock
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kuzk-events")
 
     def __call__(self, job: Body, event: Event) -> None:
@@ -474,7 +479,7 @@ class EventRecorder:
 
     def post(self, job: Body, event: Event) -> None:
         md = job.get("metadata") or {}
-        stamp = api.format_time(datetime.now(UTC))
+        stamp = api.format_time(self.clock.now())
         body: Body = {
             "metadata": {"generateName": f"{md.get('name')}.", "namespace": md.get("namespace")},
             "involvedObject": {

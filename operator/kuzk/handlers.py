@@ -22,6 +22,7 @@ from kubernetes import client
 
 from kuzk import api
 from kuzk.caches import Caches, pod_keys, slim
+from kuzk.clock import SYSTEM
 from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
 from kuzk.kubeconfig import load_config
 from kuzk.ledger_store import FoldQueue, LedgerStore
@@ -106,9 +107,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
         metrics.count_requests(api_client)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
     caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
-    store = LedgerStore(api_client, *options.ledger, caches.uids) if options.ledger else None
-    controller = Controller(api_client, options.settings, EventRecorder(api_client, instance),
-                            store)
+    clock = SYSTEM
+    store = (LedgerStore(api_client, *options.ledger, caches.uids, clock) if options.ledger
+             else None)
+    controller = Controller(api_client, options.settings,
+                            EventRecorder(api_client, instance, clock), store, clock)
     runtime = Runtime(controller, caches, FoldQueue(store) if store else None, metrics)
     memo["runtime"] = runtime
     if metrics is not None and options.metrics:
@@ -121,7 +124,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
             raise kopf.PermanentError(msg) from None
         log.info("serving the operator's /metrics on %s:%d", address, port)
     if options.peering is not None:
-        watch = PeerWatch(controller.api_client, options.peering, runtime.on_peering)
+        watch = PeerWatch(controller.api_client, options.peering, runtime.on_peering, clock)
         watch.start()
         memo["peer_watch"] = watch
 

@@ -15,13 +15,14 @@ import copy
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk import api, ledger
+from kuzk.clock import SYSTEM, Clock
 from kuzk.ledger import Ledger, Tally
 
 log = logging.getLogger("kuzk.ledger")
@@ -38,10 +39,11 @@ class LedgerStore:
     that still exist (a folded one's UID is kept in the ledger while it does)."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str,
-                 live: Callable[[], Collection[str]]) -> None:
+                 live: Callable[[], Collection[str]], clock: Clock = SYSTEM) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace, self.name = namespace, name
         self.live = live
+        self.clock = clock
         # The ledger as last read or written, with its resourceVersion: a fold starts from it
         # and reads again only when a 409 says it is stale.
         self._known: tuple[Ledger, str | None] | None = None
@@ -54,7 +56,7 @@ class LedgerStore:
         """Fold each (UID, tally) once; returns how many were new. Blocking; raises the API
         error (or ``ValueError`` for a ConfigMap that holds no ledger) for the caller to
         retry."""
-        moment = now or datetime.now(UTC)
+        moment = now or self.clock.now()
         for _ in range(CONFLICT_TRIES):
             current, version = self._known or self._read()
             current = copy.deepcopy(current)  # _known stays as read until written
@@ -129,7 +131,7 @@ class FoldQueue:
                 log.warning("could not write the ledger %s/%s (%s); %d fold(s) wait, next try"
                             " in %.0f s", self.store.namespace, self.store.name, e,
                             len(batch), delay)
-                await asyncio.sleep(delay)
+                await self.store.clock.wait(delay)
                 delay = min(delay * 2, RETRY_CAP_S)
                 continue
             for uid, _ in batch:

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client, watch
@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk import api
+from kuzk.clock import SYSTEM, Clock, Timer
 
 log = logging.getLogger("kuzk.peering")
 GROUP, VERSION = "kopf.dev", "v1"
@@ -105,16 +106,18 @@ class PeerWatch:
     """Watches the peering object(s) in a thread; calls ``on_change`` on the event loop."""
 
     def __init__(
-        self, api_client: client.ApiClient, peering: Peering, on_change: Callable[[bool], None]
+        self, api_client: client.ApiClient, peering: Peering, on_change: Callable[[bool], None],
+        clock: Clock = SYSTEM,
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
+        self._clock = clock
         self._peering = peering
         self._on_change = on_change
         self._status: dict[str | None, Mapping[str, Any]] = {}
         self._paused = False
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -133,7 +136,8 @@ class PeerWatch:
             self._timer.cancel()
 
     # --- on the event loop -------------------------------------------------------------
-    def _seen(self, scope: str | None, status: Mapping[str, Any]) -> None:
+    def seen(self, scope: str | None, status: Mapping[str, Any]) -> None:
+        """Take what the watch of ``scope`` (a namespace, or None: cluster-wide) saw."""
         self._status[scope] = status
         self._evaluate()
 
@@ -141,15 +145,15 @@ class PeerWatch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        now = datetime.now(UTC)
+        now = self._clock.now()
         answers = [
             outranked(status, self._peering.identity, self._peering.priority, now)
             for status in self._status.values()
         ]
         paused = any(blocked for blocked, _ in answers)
         waits = [wait for _, wait in answers if wait is not None]
-        if waits and self._loop is not None:
-            self._timer = self._loop.call_later(min(waits) + 0.1, self._evaluate)
+        if waits:
+            self._timer = self._clock.call_later(min(waits) + 0.1, self._evaluate)
         if paused != self._paused:
             self._paused = paused
             self._on_change(paused)
@@ -185,4 +189,4 @@ class PeerWatch:
     def _deliver(self, scope: str | None, body: Mapping[str, Any]) -> None:
         status = dict(body.get("status") or {})
         if self._loop is not None and not self._stop.is_set():
-            self._loop.call_soon_threadsafe(self._seen, scope, status)
+            self._loop.call_soon_threadsafe(self.seen, scope, status)

@@ -116,7 +116,7 @@ class Runtime:
         self.caches = caches
         self.folds = folds
         self.metrics = metrics
-        self.queue = WorkQueue(self._work, describe=_describe)
+        self.queue = WorkQueue(self._work, describe=_describe, clock=controller.clock)
         self.jobs: dict[JobKey, JobState] = {}
         self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
         self.node_workers: dict[str, dict[str, Assignment]] = {}

@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar, cast
 
@@ -53,6 +52,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk import api as kapi
 from kuzk.api import WorkerOutcome
+from kuzk.clock import SYSTEM, Clock
 from kuzk.workerstatus import (
     PREVIOUS_PODS,
     Gpu,
@@ -401,15 +401,12 @@ def decide_sweep(
 
 
 # --- guarded writes ----------------------------------------------------------------------
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _guarded(
     api: client.ApiClient,
     node: str,
     decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
     budget_s: float,
+    clock: Clock,
 ) -> tuple[T, str]:
     objects = client.CustomObjectsApi(api)
     where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, node)
@@ -440,11 +437,11 @@ def _guarded(
                 raise
             conflicts += 1
             if conflicts == 1:
-                deadline = time.monotonic() + budget_s
-            elif time.monotonic() >= deadline:
+                deadline = clock.monotonic() + budget_s
+            elif clock.monotonic() >= deadline:
                 msg = f"WorkerStatus {node}: still conflicting after {conflicts} tries"
                 raise WorkerWriteConflict(msg) from None
-            time.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**conflicts)))
+            clock.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**conflicts)))
             continue
         for note in decision.notes:
             log.info("WorkerStatus %s: %s", node, note)
@@ -457,29 +454,39 @@ def guarded_write(
     decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
     *,
     budget_s: float = CONFLICT_BUDGET_S,
+    clock: Clock = SYSTEM,
 ) -> T:
     """The one way kuzk writes a WorkerStatus: GET, ``decide(status)``, replace ``/status``
     with the resourceVersion that was read; on 409 Conflict back off (full jitter) and start
     over, until ``budget_s`` seconds of continuous conflict raise WorkerWriteConflict."""
-    return _guarded(api, node, decide, budget_s)[0]
+    return _guarded(api, node, decide, budget_s, clock)[0]
 
 
-def join(api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment) -> str:
+def join(
+    api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM
+) -> str:
     """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``; return the worker ID.
 
     Raises WorkerStatusMissing when the node's WorkerStatus does not exist yet."""
-    return guarded_write(api, node, lambda s: decide_join(s, gpu, assignment, _now()))
+    return guarded_write(api, node, lambda s: decide_join(s, gpu, assignment, clock.now()),
+                         clock=clock)
 
 
-def stage(api: client.ApiClient, node: str, assignment: Assignment, stage: str) -> bool:
+def stage(
+    api: client.ApiClient, node: str, assignment: Assignment, stage: str, *, clock: Clock = SYSTEM
+) -> bool:
     """Set the stage of ``assignment``'s lane; False when the write is stale."""
-    return guarded_write(api, node, lambda s: decide_stage(s, assignment, stage, _now()))
+    return guarded_write(api, node, lambda s: decide_stage(s, assignment, stage, clock.now()),
+                         clock=clock)
 
 
-def heartbeat(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
+def heartbeat(
+    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM
+) -> bool:
     """Refresh the heartbeat of ``assignment``'s lane; False when stale. Callers keep to one
     every HEARTBEAT_INTERVAL_S (kuzk_prover.reporter.ProverReporter does)."""
-    return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, _now()))
+    return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, clock.now()),
+                         clock=clock)
 
 
 def wait_for_change(
@@ -524,33 +531,38 @@ def acquire(
     *,
     wait_s: float | None = None,
     watch_s: float = ACQUIRE_WATCH_S,
+    clock: Clock = SYSTEM,
 ) -> Acquired:
     """Hold the GPU phase of ``assignment``'s lane: granted at once if the GPU is free and no
     waiting lane comes first, else wait on a watch of the WorkerStatus and ask again when it
     changes. Returns GRANTED, GONE (the lane was removed: stale), or WAITING once ``wait_s``
     has passed (None: no limit)."""
-    deadline = None if wait_s is None else time.monotonic() + wait_s
+    deadline = None if wait_s is None else clock.monotonic() + wait_s
     while True:
         result, version = _guarded(
-            api, node, lambda s: decide_acquire(s, assignment, _now()), CONFLICT_BUDGET_S
+            api, node, lambda s: decide_acquire(s, assignment, clock.now()), CONFLICT_BUDGET_S,
+            clock,
         )
         if result is not Acquired.WAITING:
             return result
-        left = watch_s if deadline is None else min(watch_s, deadline - time.monotonic())
+        left = watch_s if deadline is None else min(watch_s, deadline - clock.monotonic())
         if left <= 0:
             return result
 
         def decided(status: Mapping[str, Any]) -> bool:
             # Another lane's stage or heartbeat changes nothing for this one: ask the API
             # server again only once the decision on what the watch shows would change.
-            return decide_acquire(status, assignment, _now()).result is not Acquired.WAITING
+            return decide_acquire(status, assignment, clock.now()).result is not Acquired.WAITING
 
         wait_for_change(api, node, version, left, decided)
 
 
-def release_gpu(api: client.ApiClient, node: str, assignment: Assignment) -> bool:
+def release_gpu(
+    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM
+) -> bool:
     """Give up the GPU phase ``assignment``'s lane holds; False when the write is stale."""
-    return guarded_write(api, node, lambda s: decide_release_gpu(s, assignment, _now()))
+    return guarded_write(api, node, lambda s: decide_release_gpu(s, assignment, clock.now()),
+                         clock=clock)
 
 
 def claim(
@@ -560,33 +572,37 @@ def claim(
     assignment: Assignment,
     *,
     wait_s: float | None = None,
+    clock: Clock = SYSTEM,
 ) -> str:
     """``join`` and ``acquire``: for a prover that holds its GPU for its whole run. Returns
     the worker ID once the GPU phase is held (or ``wait_s`` has passed)."""
-    worker_id = join(api, node, gpu, assignment)
-    acquire(api, node, assignment, wait_s=wait_s)
+    worker_id = join(api, node, gpu, assignment, clock=clock)
+    acquire(api, node, assignment, wait_s=wait_s, clock=clock)
     return worker_id
 
 
 def release(
-    api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: WorkerOutcome
+    api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: WorkerOutcome,
+    *, clock: Clock = SYSTEM,
 ) -> bool:
     """Remove ``who``'s lane on ``node`` (and the GPU phase with it); True if it did.
 
     False when it was already gone, when the write is stale (refused and counted), or when
     the WorkerStatus is gone: then there is nothing to release and a finalizer may go."""
     try:
-        return guarded_write(api, node, lambda s: decide_release(s, who, outcome, _now()))
+        return guarded_write(
+            api, node, lambda s: decide_release(s, who, outcome, clock.now()), clock=clock)
     except WorkerStatusMissing:
         log.info("no WorkerStatus %s: nothing to release for %s", node, describe(who))
         return False
 
 
 def leave(
-    api: client.ApiClient, node: str, assignment: Assignment, outcome: WorkerOutcome
+    api: client.ApiClient, node: str, assignment: Assignment, outcome: WorkerOutcome,
+    *, clock: Clock = SYSTEM,
 ) -> bool:
     """The prover's own ``release`` of its lane when it exits."""
-    return release(api, node, assignment, outcome)
+    return release(api, node, assignment, outcome, clock=clock)
 
 
 def sweep(
@@ -595,12 +611,15 @@ def sweep(
     live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
     heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+    *,
+    clock: Clock = SYSTEM,
 ) -> list[Released]:
     """Remove (guarded) the lanes of ``node`` as ``decide_sweep`` says: those whose pod is
     gone, or silent for three heartbeat intervals while their pod is not running."""
     try:
         return guarded_write(
-            api, node, lambda s: decide_sweep(s, live_pods, now, heartbeat_interval)
+            api, node, lambda s: decide_sweep(s, live_pods, now, heartbeat_interval),
+            clock=clock,
         )
     except WorkerStatusMissing:
         return []

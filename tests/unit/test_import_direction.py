@@ -2,11 +2,13 @@
 the operator's package only ``api``, ``workerstatus`` and ``ledger`` (pure models); the pure
 decision knows neither Kopf nor the Kubernetes client; the prover imports the operator's
 package in ``reporter`` and ``entrypoint``, ``inputs`` its vocabulary (``kuzk.api``, the one
-table of proof kinds) and its proving core nothing of it."""
+table of proof kinds) and its proving core nothing of it. And the operator's package reads
+the time only through ``kuzk.clock``."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,19 @@ def test_only_the_provers_reporter_and_entrypoint_import_the_operators_package(
         assert names <= {"kuzk", "kuzk.api"}, sorted(names)
     else:
         assert not names, f"{path.name} imports {sorted(names)}"
+
+
+# Reading the time or waiting on it: what ``kuzk.clock.Clock`` is for. The status server keeps
+# its own injected clock (``status.view``); the operator's metrics time the work they measure.
+READS_TIME = re.compile(
+    r"\b(datetime\.now|datetime\.utcnow|time\.time|time\.monotonic|time\.sleep"
+    r"|asyncio\.sleep|(?<!clock)\.call_later|(?<!clock)\.call_at|loop\.time)\(")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(OPERATOR.glob("*.py")) if p.stem not in ("clock", "operator_metrics")],
+    ids=lambda p: p.name)
+def test_only_the_clock_reads_the_time(path: Path) -> None:
+    found = sorted({m.group(1) for m in READS_TIME.finditer(path.read_text())})
+    assert not found, f"{path.name} reads the time itself ({found}); take a kuzk.clock.Clock"

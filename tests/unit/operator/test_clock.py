@@ -1,28 +1,16 @@
 """The operator's clock: runs are serialized and coalesced per key, failures are retried with
-capped, jittered backoff until success, ``Gone`` forgets a key, and a paused clock is still."""
+capped, jittered backoff until success, ``Gone`` forgets a key, and a paused clock is still.
+Time is a ManualClock moved by the tests: nothing here sleeps."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 import pytest
 
-from kuzk.clock import Gone, WorkQueue, backoff
-
-
-async def wait_for_async(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    """Yield to the loop until ``predicate()`` holds; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            msg = f"timed out after {timeout:.0f}s waiting for {what}"
-            raise TimeoutError(msg)
-        await asyncio.sleep(0.005)
-
-
-FAST = {"backoff_base": 0.01, "backoff_cap": 0.05}
+from kuzk.clock import BACKOFF_BASE_S, BACKOFF_CAP_S, Gone, WorkQueue, backoff
+from tests.manual_clock import ManualClock, settle
 
 
 def test_backoff_grows_is_capped_and_jittered() -> None:
@@ -42,18 +30,21 @@ async def test_a_burst_of_kicks_during_a_run_costs_one_more_run() -> None:
         await release.wait()
         return None
 
-    queue = WorkQueue(work, **FAST)
+    queue = WorkQueue(work, clock=ManualClock())
     queue.kick("a")
-    await wait_for_async(lambda: runs == ["a"], 5, "first run")
+    await settle()
+    assert runs == ["a"]
     for _ in range(20):
         queue.kick("a")
     release.set()
-    await wait_for_async(lambda: not queue.scheduled("a"), 5, "queue idle")
+    await settle()
     assert runs == ["a", "a"]
+    assert not queue.scheduled("a")
     assert queue.tracked() == []
 
 
-async def test_failures_are_retried_until_success_and_the_key_always_has_a_look() -> None:
+async def test_failures_are_retried_with_growing_backoff_until_success() -> None:
+    clock = ManualClock()
     calls = 0
     looks: list[bool] = []
 
@@ -65,16 +56,29 @@ async def test_failures_are_retried_until_success_and_the_key_always_has_a_look(
             raise ConnectionError("apiserver unreachable")
         return 60.0
 
-    queue = WorkQueue(work, **FAST)
+    queue = WorkQueue(work, clock=clock)
     queue.kick("job")
-    await wait_for_async(lambda: calls == 6, 5, "six runs")
+    await settle()
+    for failures in range(1, 6):
+        assert calls == failures
+        ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1))
+        (retry,) = clock.pending()
+        assert ceiling / 2 <= retry <= ceiling, (failures, retry)
+        clock.advance(retry - 0.01)
+        await settle()
+        assert calls == failures, "no retry before its backoff"
+        clock.advance(0.02)
+        await settle()
+    assert calls == 6
     assert queue.failures_total == 5
-    assert all(looks)
-    assert queue.scheduled("job")  # the next look (60 s) is on the clock
+    assert all(looks), "the key had a look on the clock at every run"
+    assert clock.pending() == [pytest.approx(60.0)], "the next look the run asked for"
     await queue.close()
+    assert clock.pending() == []
 
 
 async def test_an_unexpected_error_is_retried_too(caplog: pytest.LogCaptureFixture) -> None:
+    clock = ManualClock()
     calls = 0
 
     async def work(key: Hashable) -> float | None:
@@ -84,56 +88,76 @@ async def test_an_unexpected_error_is_retried_too(caplog: pytest.LogCaptureFixtu
             raise KeyError("bug")
         return None
 
-    queue = WorkQueue(work, **FAST)
+    queue = WorkQueue(work, clock=clock)
     queue.kick("job")
-    await wait_for_async(lambda: calls == 2, 5, "retry after a bug")
+    await settle()
     assert "retry 1" in caplog.text
+    clock.advance(BACKOFF_BASE_S)
+    await settle()
+    assert calls == 2
+    assert queue.tracked() == []
 
 
 async def test_gone_forgets_the_key() -> None:
+    clock = ManualClock()
+
     async def work(key: Hashable) -> float | None:
         raise Gone
 
-    queue = WorkQueue(work, **FAST)
-    queue.later("job", 0.01)
-    await wait_for_async(lambda: not queue.tracked(), 5, "key forgotten")
-    assert not queue.scheduled("job")
+    queue = WorkQueue(work, clock=clock)
+    queue.later("job", 5)
+    assert queue.scheduled("job")
+    clock.advance(5)
+    await settle()
+    assert queue.tracked() == []
+    assert clock.pending() == []
 
 
 async def test_later_keeps_the_sooner_look() -> None:
+    clock = ManualClock()
     fired: list[float] = []
-    loop = asyncio.get_running_loop()
-    start = loop.time()
 
     async def work(key: Hashable) -> float | None:
-        fired.append(loop.time() - start)
+        fired.append(clock.monotonic())
         return None
 
-    queue = WorkQueue(work, **FAST)
-    queue.later("k", 0.05)
+    queue = WorkQueue(work, clock=clock)
+    queue.later("k", 5)
     queue.later("k", 30)
-    await wait_for_async(lambda: len(fired) == 1, 5, "the sooner look")
-    assert fired[0] < 5
+    assert clock.pending() == [5]
+    queue.later("k", 2)
+    assert clock.pending() == [2], "a sooner look replaces the later one"
+    clock.advance(30)
+    await settle()
+    assert fired == [30.0]
+    assert queue.tracked() == []
 
 
 async def test_a_paused_clock_drops_its_timers_and_ignores_kicks() -> None:
+    clock = ManualClock()
     runs: list[Hashable] = []
 
     async def work(key: Hashable) -> float | None:
         runs.append(key)
-        return 0.01
+        return 10.0
 
-    queue = WorkQueue(work, **FAST)
+    queue = WorkQueue(work, clock=clock)
     queue.kick("a")
-    await wait_for_async(lambda: len(runs) >= 2, 5, "timer runs")
+    await settle()
+    clock.advance(10)
+    await settle()
+    assert runs == ["a", "a"]
     queue.pause()
-    await wait_for_async(lambda: not queue.tracked(), 5, "clock empty")
-    count = len(runs)
+    assert queue.tracked() == []
+    assert clock.pending() == []
     queue.kick("b")
     queue.later("a", 0)
-    assert not queue.tracked()
-    assert len(runs) == count
+    clock.advance(100)
+    await settle()
+    assert queue.tracked() == []
+    assert runs == ["a", "a"]
     queue.resume()
     queue.kick("b")
-    await wait_for_async(lambda: "b" in runs, 5, "runs after resume")
+    await settle()
+    assert runs == ["a", "a", "b"]
     await queue.close()

@@ -6,8 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kubernetes import client
+
 from kuzk.caches import Caches
+from kuzk.controller import Controller
 from kuzk.peering import outranked
+from kuzk.pods import PodSettings
 from kuzk.runtime import JobState, Runtime, assignments, changed_jobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -91,7 +95,8 @@ def test_a_dropped_finalizer_shows_until_the_watch_delivers_the_pod() -> None:
 async def test_the_echo_of_its_own_status_write_syncs_no_job() -> None:
     """Every status write comes back as a job event; only someone else's change syncs."""
     job = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "5"}}
-    runtime = Runtime(controller=None, caches=Caches({("ns", "j"): [job]}, {}, {}))  # type: ignore[arg-type]
+    controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
+    runtime = Runtime(controller, Caches({("ns", "j"): [job]}, {}, {}))
     after = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "6"}}
     runtime.jobs[("ns", "j")] = JobState(written=(("5",), after))
     runtime.on_job("MODIFIED", "ns", "j", "uid", "6")
