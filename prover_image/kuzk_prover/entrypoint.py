@@ -38,7 +38,7 @@ from kuzk.workers import Gpu, WorkerStatusMissing, WorkerWriteConflict
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
-from kuzk_prover.inputs import InputError, ProofInput
+from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
 from kuzk_prover.prover import Result, prove
 from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter
 from kuzk_prover.termination import brief, message_path, one_line, write_message
@@ -103,12 +103,12 @@ def _prove(
     return prove(proof, on_stage=on_stage, xp=backend.xp, gpu_phase=gpu_phase)
 
 
-def _reporter(env: Mapping[str, str]) -> ProverReporter | None:
-    """The WorkerStatus reporter of a partition pod; None outside one (``--local``, tests)."""
-    if not env.get("POD_UID") or not env.get("NODE_NAME"):
+def _reporter(pod: PodIdentity, env: Mapping[str, str]) -> ProverReporter | None:
+    """The WorkerStatus reporter of a partition pod; None outside one (tests)."""
+    if not pod.pod_uid or not pod.node:
         return None
     try:
-        return ProverReporter.from_env(env, outage_budget=STATUS_OUTAGE_S)
+        return ProverReporter.for_pod(pod, environ=env, outage_budget=STATUS_OUTAGE_S)
     except (ValueError, ConfigException, OSError) as exc:
         log.warning("not reporting the GPU worker's status: %s", brief(exc))
         return None
@@ -133,7 +133,7 @@ def _join(reporter: ProverReporter, backend: Backend) -> None:
 
 
 def _run(
-    proof: ProofInput, env: Mapping[str, str], path: Path | None, attempt: int, context: str
+    proof: ProofInput, env: Mapping[str, str], path: Path | None, pod: PodIdentity | None
 ) -> int:
     """Choose the backend and prove; the result or the failure as an exit code."""
     try:
@@ -142,7 +142,9 @@ def _run(
         return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
     except BackendUnavailable as exc:
         return _fail(path, EXIT_RETRY, f"no backend: {exc}")
-    reporter = _reporter(env) if path is not None else None
+    reporter = _reporter(pod, env) if path is not None and pod is not None else None
+    attempt = 0 if pod is None else pod.attempt
+    context = "local" if pod is None else f"attempt={attempt}"
     if reporter is None:
         return _prove_and_report(proof, backend, path, attempt, context, None)
     _join(reporter, backend)
@@ -216,16 +218,17 @@ def main(argv: list[str] | None = None) -> int:
             except InputError as exc:
                 return _fail(None, EXIT_INVALID, f"invalid input: {exc}")
             logs.set_context(partition=proof.partition)
-            return _run(proof, env, None, 0, "local")
+            return _run(proof, env, None, None)
         if any(getattr(args, name) is not None for name in ("proof_kind", "partition", "miner")):
             return _fail(path, EXIT_INVALID, "invalid input: partition flags need --local")
         try:
             pod = inputs_module.from_env(env)
         except InputError as exc:
             return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
-        logs.set_context(job=f"{env.get('POD_NAMESPACE', '')}/{pod.job}",
-                         partition=pod.proof.partition, pod=env.get("POD_NAME"))
-        return _run(pod.proof, env, path, pod.attempt, f"attempt={pod.attempt}")
+        who = pod.identity
+        logs.set_context(job=f"{who.namespace}/{who.job}", partition=who.partition,
+                         pod=who.pod_name or None)
+        return _run(pod.proof, env, path, who)
     except Terminated:
         log.warning("SIGTERM: stopped before finishing; no result written")
         return EXIT_TERMINATED

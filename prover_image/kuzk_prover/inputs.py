@@ -50,13 +50,38 @@ class ProofInput:
         )
 
 
+# The pod's own identity, set by the downward API (kuzk.pods): absent when the prover runs
+# outside a partition pod, where it proves without reporting its GPU worker's status.
+POD_ENV = ("NODE_NAME", "POD_NAME", "POD_UID", "POD_NAMESPACE")
+
+
 @dataclass(frozen=True)
-class PodInput:
-    """The env of a partition pod: the job it belongs to and the partition to prove."""
+class PodIdentity:
+    """Who a partition pod is: the job and the partition attempt it runs, and the pod and
+    node it runs as (empty where its env does not say)."""
 
     job: str
     job_uid: str
+    proof_kind: str
+    partition: int
     attempt: int
+    namespace: str = ""
+    pod_name: str = ""
+    pod_uid: str = ""
+    node: str = ""
+    visible_devices: str = ""
+
+    def missing(self) -> list[str]:
+        """The POD_ENV variables the env lacked."""
+        values = (self.node, self.pod_name, self.pod_uid, self.namespace)
+        return [name for name, value in zip(POD_ENV, values, strict=True) if not value]
+
+
+@dataclass(frozen=True)
+class PodInput:
+    """The env of a partition pod: who it is and the partition to prove."""
+
+    identity: PodIdentity
     proof: ProofInput
 
 
@@ -129,14 +154,28 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def identity_from_env(env: Mapping[str, str]) -> PodIdentity:
+    """The one reading of who the pod is: KUZK_JOB, KUZK_JOB_UID, KUZK_PROOF_KIND,
+    KUZK_PARTITION and KUZK_ATTEMPT (required), POD_ENV and NVIDIA_VISIBLE_DEVICES."""
+    return PodIdentity(
+        job=_required(env, "KUZK_JOB"),
+        job_uid=_required(env, "KUZK_JOB_UID"),
+        proof_kind=_required(env, "KUZK_PROOF_KIND"),
+        partition=_integer("KUZK_PARTITION", _required(env, "KUZK_PARTITION"), 0),
+        attempt=_integer("KUZK_ATTEMPT", _required(env, "KUZK_ATTEMPT"), 0),
+        namespace=env.get("POD_NAMESPACE", "").strip(),
+        pod_name=env.get("POD_NAME", "").strip(),
+        pod_uid=env.get("POD_UID", "").strip(),
+        node=env.get("NODE_NAME", "").strip(),
+        visible_devices=env.get("NVIDIA_VISIBLE_DEVICES", "").strip(),
+    )
+
+
 def from_env(env: Mapping[str, str]) -> PodInput:
-    """The pod's input from KUZK_JOB, KUZK_JOB_UID, KUZK_PARTITION, KUZK_ATTEMPT,
-    KUZK_PROOF_KIND and KUZK_INPUT (JSON: sector, randomness, circuitLog2, partitions)."""
-    job = _required(env, "KUZK_JOB")
-    job_uid = _required(env, "KUZK_JOB_UID")
-    partition = _required(env, "KUZK_PARTITION")
-    attempt = _integer("KUZK_ATTEMPT", _required(env, "KUZK_ATTEMPT"), 0)
-    proof_kind = _required(env, "KUZK_PROOF_KIND")
+    """The pod's identity (``identity_from_env``) and the partition to prove: its proof
+    kind, its partition and KUZK_INPUT (JSON: sector, randomness, circuitLog2,
+    partitions)."""
+    identity = identity_from_env(env)
     raw = _required(env, "KUZK_INPUT")
     try:
         spec = json.loads(raw)
@@ -159,12 +198,12 @@ def from_env(env: Mapping[str, str]) -> PodInput:
         msg = f"KUZK_INPUT.sector={sector!r} must be an object with exactly miner and number"
         raise InputError(msg)
     proof = make_input(
-        proof_kind=proof_kind,
+        proof_kind=identity.proof_kind,
         miner=sector["miner"],
         sector=sector["number"],
         randomness=spec.get("randomness"),
         circuit_log2=spec["circuitLog2"],
-        partition=partition,
+        partition=identity.partition,
         partitions=spec["partitions"],
         names={
             "proof_kind": "KUZK_PROOF_KIND",
@@ -176,7 +215,7 @@ def from_env(env: Mapping[str, str]) -> PodInput:
             "partitions": "KUZK_INPUT.partitions",
         },
     )
-    return PodInput(job=job, job_uid=job_uid, attempt=attempt, proof=proof)
+    return PodInput(identity=identity, proof=proof)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

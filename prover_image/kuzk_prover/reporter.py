@@ -37,23 +37,13 @@ from kuzk.workers import (
     stage,
 )
 from kuzk.workerstatus import LaneStage
+from kuzk_prover.inputs import PodIdentity, identity_from_env
 from kuzk_prover.termination import brief
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PROVER_ENV = (
-    "NODE_NAME",
-    "POD_NAME",
-    "POD_UID",
-    "POD_NAMESPACE",
-    "KUZK_JOB",
-    "KUZK_JOB_UID",
-    "KUZK_PARTITION",
-    "KUZK_ATTEMPT",
-    "KUZK_PROOF_KIND",
-)
 _NOT_A_DEVICE = ("", "all", "none", "void")
 # How long one write of the prover keeps trying through an API outage (refused connections,
 # 5xx, 429) before the prover proves on without status; its backoff between tries.
@@ -133,6 +123,43 @@ class ProverReporter:
         self._thread: threading.Thread | None = None
 
     @classmethod
+    def for_pod(
+        cls,
+        pod: PodIdentity,
+        api: client.ApiClient | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        outage_budget: float = OUTAGE_BUDGET_S,
+    ) -> ProverReporter:
+        """For the partition pod ``pod`` (``inputs.identity_from_env``), with its
+        ServiceAccount's credentials (``kuzk.kubeconfig.load_config``: the in-cluster token,
+        else the kubeconfig that ``KUBECONFIG`` in ``environ`` names) unless ``api`` is
+        given. Raises ValueError when the env did not say which pod and node it is."""
+        missing = pod.missing()
+        if missing:
+            msg = f"the prover's env lacks {', '.join(missing)}"
+            raise ValueError(msg)
+        assignment = Assignment(
+            job_namespace=pod.namespace,
+            job_name=pod.job,
+            job_uid=pod.job_uid,
+            proof_kind=pod.proof_kind,
+            partition=pod.partition,
+            attempt=pod.attempt,
+            pod_name=pod.pod_name,
+            pod_uid=pod.pod_uid,
+        )
+        return cls(
+            api or _api_from_env(os.environ if environ is None else environ),
+            pod.node,
+            assignment,
+            visible_devices=pod.visible_devices,
+            heartbeat_interval=heartbeat_interval,
+            outage_budget=outage_budget,
+        )
+
+    @classmethod
     def from_env(
         cls,
         environ: Mapping[str, str] | None = None,
@@ -141,32 +168,10 @@ class ProverReporter:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
     ) -> ProverReporter:
-        """From the partition pod's env (the pod contract, ``kuzk.pods``) and its ServiceAccount's
-        credentials (``kuzk.kubeconfig.load_config``: the in-cluster token, else the kubeconfig
-        that ``KUBECONFIG`` in the env names)."""
+        """``for_pod`` the pod the env describes (the process's own env by default)."""
         env = os.environ if environ is None else environ
-        missing = [name for name in PROVER_ENV if not env.get(name)]
-        if missing:
-            msg = f"the prover's env lacks {', '.join(missing)}"
-            raise ValueError(msg)
-        assignment = Assignment(
-            job_namespace=env["POD_NAMESPACE"],
-            job_name=env["KUZK_JOB"],
-            job_uid=env["KUZK_JOB_UID"],
-            proof_kind=env["KUZK_PROOF_KIND"],
-            partition=int(env["KUZK_PARTITION"]),
-            attempt=int(env["KUZK_ATTEMPT"]),
-            pod_name=env["POD_NAME"],
-            pod_uid=env["POD_UID"],
-        )
-        return cls(
-            api or _api_from_env(env),
-            env["NODE_NAME"],
-            assignment,
-            visible_devices=env.get("NVIDIA_VISIBLE_DEVICES", ""),
-            heartbeat_interval=heartbeat_interval,
-            outage_budget=outage_budget,
-        )
+        return cls.for_pod(identity_from_env(env), api, environ=env,
+                           heartbeat_interval=heartbeat_interval, outage_budget=outage_budget)
 
     def gpu(self, device: Gpu | None = None) -> Gpu:
         """The GPU this pod drives: the device's own (from CuPy) if given, else the first of

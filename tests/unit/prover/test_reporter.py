@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
 from kuzk.workers import Assignment, Gpu
+from kuzk_prover import inputs
 from kuzk_prover.reporter import ProverReporter
 
 GPU1 = Gpu("GPU-1")
@@ -49,10 +50,27 @@ def test_prover_gpu_identity(devices: str, device: Gpu | None, expected: Gpu) ->
     )
 
 
+def test_the_proof_and_the_lane_come_from_one_reading_of_the_env() -> None:
+    env = {**ENV, "NVIDIA_VISIBLE_DEVICES": "GPU-a",
+           "KUZK_INPUT": '{"sector": {"miner": 1, "number": 2}, "circuitLog2": 8,'
+                         ' "partitions": 1}'}
+    pod = inputs.from_env(env)
+    reporter = ProverReporter.for_pod(pod.identity, client.ApiClient())
+    assert reporter.assignment == ProverReporter.from_env(env, client.ApiClient()).assignment
+    assert (reporter.node, reporter.gpu()) == ("gpu-node-1", Gpu("GPU-a"))
+    assert (pod.proof.proof_kind, pod.proof.partition) == ("winning-post", 0)
+    assert (reporter.assignment.proof_kind, reporter.assignment.partition) == ("winning-post", 0)
+
+
 def test_prover_env_must_name_the_assignment() -> None:
-    env = {k: v for k, v in ENV.items() if k not in ("POD_UID", "KUZK_ATTEMPT")}
-    with pytest.raises(ValueError, match="lacks POD_UID, KUZK_ATTEMPT"):
+    env = {k: v for k, v in ENV.items() if k not in ("POD_UID", "NODE_NAME")}
+    with pytest.raises(ValueError, match="lacks NODE_NAME, POD_UID"):
         ProverReporter.from_env(env, api=client.ApiClient())
+    env = {k: v for k, v in ENV.items() if k != "KUZK_ATTEMPT"}
+    with pytest.raises(ValueError, match="KUZK_ATTEMPT is missing or empty"):
+        ProverReporter.from_env(env, api=client.ApiClient())
+    with pytest.raises(ValueError, match="KUZK_PARTITION='two' is not an integer"):
+        ProverReporter.from_env({**ENV, "KUZK_PARTITION": "two"}, api=client.ApiClient())
 
 
 def test_prover_credentials_come_from_the_kubeconfig_its_env_names(
