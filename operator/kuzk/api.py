@@ -242,6 +242,17 @@ def job_label_value(job_name: str) -> str:
     return _hashed(job_name, DNS_LABEL_MAX)
 
 
+def pod_partition(pod: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The (partition, attempt) a partition pod's labels name, or None when they name none:
+    the one rule, for the operator and the status server, of which partition attempt a pod
+    runs (which job's it is: its controller, ``observe.controller_of``)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    partition, attempt = labels.get(LABEL_PARTITION, ""), labels.get(LABEL_ATTEMPT, "")
+    if not (partition.isdigit() and attempt.isdigit()) or int(attempt) < 1:
+        return None
+    return int(partition), int(attempt)
+
+
 def format_time(moment: datetime, *, millis: bool = False) -> str:
     """An RFC 3339 UTC timestamp with a ``Z``: at the second precision of metav1.Time, or
     with ``millis`` at millisecond precision (WorkerStatus times, where busy stages show

@@ -65,19 +65,10 @@ def worker_claims(workers: Iterable[Mapping[str, Any]]) -> dict[str, Claim]:
     return claims
 
 
-def pod_identity(pod: Mapping[str, Any]) -> tuple[int, int] | None:
-    """The (partition, attempt) a pod's labels name, or None when they are not ours."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    partition, attempt = labels.get(api.LABEL_PARTITION, ""), labels.get(api.LABEL_ATTEMPT, "")
-    if not (partition.isdigit() and attempt.isdigit()) or int(attempt) < 1:
-        return None
-    return int(partition), int(attempt)
-
-
 def controller_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """The pod's controlling ProofJob reference, or None (orphaned with --cascade=orphan, or
-    not a partition pod): with ``pod_identity``, the one rule of which job and partition a
-    pod belongs to."""
+    not a partition pod): with ``api.pod_partition``, the one rule of which job and partition
+    a pod belongs to."""
     for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if owner.get("kind") == api.PROOFJOB_KIND and owner.get("controller"):
             return dict(owner)

@@ -31,7 +31,6 @@ from kuzk.observe import (
     controlled_by,
     is_deleting,
     is_finished,
-    pod_identity,
     release_action,
     worker_claims,
 )
@@ -119,7 +118,7 @@ def _pods_by_partition(
     for pod in pods:
         if not controlled_by(pod, spec.uid):
             continue
-        identity = pod_identity(pod)
+        identity = api.pod_partition(pod)
         if identity is None or identity[0] >= spec.partitions:
             strays.append(pod)
         else:

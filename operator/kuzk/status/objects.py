@@ -185,11 +185,11 @@ def node(obj: Mapping[str, Any], gpu_resource: str = DEFAULT_GPU_RESOURCE) -> No
 def pod(obj: Mapping[str, Any]) -> Pod | None:
     """A partition pod, or None when its labels do not name a partition attempt."""
     meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    partition, attempt = labels.get(api.LABEL_PARTITION, ""), labels.get(api.LABEL_ATTEMPT, "")
-    job_label = labels.get(api.LABEL_JOB)
-    if not (job_label and partition.isdigit() and attempt.isdigit()):
+    job_label = (meta.get("labels") or {}).get(api.LABEL_JOB)
+    identity = api.pod_partition(obj)
+    if not job_label or identity is None:
         return None
+    partition, attempt = identity
     unschedulable = None
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
@@ -198,8 +198,8 @@ def pod(obj: Mapping[str, Any]) -> Pod | None:
     return Pod(
         namespace=str(meta.get("namespace", "")),
         job_label=job_label,
-        partition=int(partition),
-        attempt=int(attempt),
+        partition=partition,
+        attempt=attempt,
         unschedulable=unschedulable,
     )
 
