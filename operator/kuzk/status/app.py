@@ -8,6 +8,8 @@ current revision (304 when the client already has it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
 from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -28,9 +31,11 @@ from kuzk.status.watches import KubeClient, Watches
 STATIC = Path(__file__).parent / "static"
 QUERY_LIMIT = 8 * 1024
 # aiohttp refuses request lines over 8190 bytes with a bare 400; allow longer ones so a long
-# query string gets the 414 that names the problem.
+# query string gets the 414 that names the problem. A line over this one is refused before
+# any handler runs, with the same JSON (``_Connection``).
 LINE_LIMIT = 128 * 1024
 ALLOWED_METHODS = ("GET", "HEAD")
+log = logging.getLogger("kuzk.status")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,44 @@ async def guard(request: web.Request,
     except web.HTTPNotFound:
         return _error(404, f"no such path: {request.path}",
                       paths=["/", "/status", "/metrics", "/healthz", "/readyz"])
+
+
+class _Connection(web.RequestHandler):
+    """aiohttp's connection handler, answering a request its parser refuses (a request line
+    over LINE_LIMIT, a header over aiohttp's field limit, a malformed request) in the JSON of
+    every other error, logged on one line instead of with aiohttp's traceback."""
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None
+                     ) -> web.StreamResponse:
+        if status != 400 or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        if isinstance(exc, LineTooLong) and exc.args[1:2] == (LINE_LIMIT,):
+            response = _error(414, f"the query string is over {QUERY_LIMIT} bytes (the request"
+                                   f" line is over {LINE_LIMIT})")
+        elif isinstance(exc, LineTooLong):
+            response = _error(431, f"a request header is over {exc.args[1]} bytes")
+        else:
+            reason = (str(message or exc).strip().splitlines() or ["unreadable"])[0]
+            response = _error(400, f"malformed request: {reason}")
+        log.info("refused a request from %s: %s", request.remote, response.text)
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        return _Connection(self, loop=self._loop, **self._kwargs)
+
+
+class Runner(web.AppRunner):
+    """``web.AppRunner`` whose connections are ``_Connection``s."""
+
+    async def _make_server(self) -> web.Server:
+        made = await super()._make_server()
+        return _Server(made.request_handler, request_factory=made.request_factory,
+                       handler_cancellation=made.handler_cancellation, loop=made._loop,
+                       **made._kwargs)
 
 
 class BadParameter(ValueError):
@@ -180,6 +223,18 @@ def serve(source: Source, *, host: str, port: int, keep_finished: float,
           gpu_resource: str = DEFAULT_GPU_RESOURCE) -> None:
     """Run the status server until SIGINT or SIGTERM."""
     view = StatusView(keep_finished=keep_finished, gpu_resource=gpu_resource)
-    logging.getLogger("kuzk.status").info("serving on %s:%d", host, port)
-    web.run_app(make_app(view, source), host=host, port=port, access_log=None, print=None,
-                keepalive_timeout=15)
+    log.info("serving on %s:%d", host, port)
+    # What web.run_app does, with the Runner above: SIGINT and SIGTERM end the loop with
+    # GracefulExit, and asyncio.run cancels _serve, whose cleanup stops the watches.
+    with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):
+        asyncio.run(_serve(make_app(view, source), host, port))
+
+
+async def _serve(app: web.Application, host: str, port: int) -> None:
+    runner = Runner(app, access_log=None, keepalive_timeout=15, handle_signals=True)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
