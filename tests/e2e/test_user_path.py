@@ -253,6 +253,10 @@ def _prometheus_agrees(r: Release, prom: prometheus.Prometheus, pj: list[dict[st
     total = sum(j["status"]["succeeded"] for j in pj)
     stale = stale_writes(r)
     workers = {p.status.pod_ip: len(get_status(p)["gpu_workers"]) for p in status_pods(r)}
+    # the job series' namespace is the ProofJobs', kept over the target's (honor_labels)
+    by_namespace = {(s["metric"].get("namespace"), s["metric"].get("exported_namespace"))
+                    for s in prom.query("kuzk_partitions_completed_total")}
+    assert by_namespace == {(r.namespace, None)}, by_namespace
     expected = {
         "sum by (pod_ip) (kuzk_partitions_completed_total)": dict.fromkeys(ips, total),
         "sum by (pod_ip) (kuzk_gpu_workers)": workers,

@@ -68,6 +68,9 @@ def config(*, api_server: str, ca_file: Path, token_file: Path, namespace: str,
                    "evaluation_interval": interval},
         "scrape_configs": [{
             "job_name": "kubernetes-pods",
+            # As the prometheus-community chart's job: a series' own namespace label (the
+            # ProofJob's, on kuzk's job series) wins over the target's.
+            "honor_labels": True,
             "kubernetes_sd_configs": [{
                 "role": "pod",
                 "api_server": api_server,

@@ -80,7 +80,8 @@ def cases(rules_file: Path) -> list[dict[str, Any]]:
             "interval": "1m",
             "input_series": [
                 *_replicas('kuzk_gpu_workers{node="n1",state="idle"}', "1x20"),
-                *_replicas('kuzk_partitions{state="pending",proof_kind="snap-update"}', "3x20"),
+                *_replicas('kuzk_partitions{namespace="provers",state="pending",proof_kind="snap-update"}',
+                           "3x20"),
                 *_replicas("kuzk_status_view_synced", "1x20"),
                 {"series": 'kuzk_operator_paused{instance="10.0.0.9:8081"}', "values": "0x20"},
             ],
@@ -95,14 +96,15 @@ def cases(rules_file: Path) -> list[dict[str, Any]]:
             "interval": "1m",
             "input_series": [
                 *_replicas('kuzk_gpu_workers{node="n1",state="idle"}', "1x20"),
-                *_replicas('kuzk_partitions{state="pending",proof_kind="snap-update"}', "0x20"),
+                *_replicas('kuzk_partitions{namespace="provers",state="pending",proof_kind="snap-update"}',
+                           "0x20"),
             ],
             "alert_rule_test": [_alert(notes, "KuzkGPUsIdleWhilePartitionsQueue", "15m")],
         },
         {   # failures, stale writes, a server not synced, no acting operator
             "interval": "1m",
             "input_series": [
-                *_replicas('kuzk_partitions_failed_total{proof_kind="porep-c2"}',
+                *_replicas('kuzk_partitions_failed_total{namespace="provers",proof_kind="porep-c2"}',
                            "0 0 1 1 1 1 1"),
                 *_replicas("kuzk_stale_worker_writes_rejected_total", "0+1x20"),
                 {"series": 'kuzk_status_view_synced{instance="10.0.0.1:9821"}',
@@ -112,7 +114,8 @@ def cases(rules_file: Path) -> list[dict[str, Any]]:
                 {"series": 'kuzk_operator_paused{instance="10.0.0.9:8081"}', "values": "1x20"},
             ],
             "alert_rule_test": [
-                _alert(notes, "KuzkPartitionsFailing", "4m", {"proof_kind": "porep-c2"}),
+                _alert(notes, "KuzkPartitionsFailing", "4m",
+                       {"namespace": "provers", "proof_kind": "porep-c2"}),
                 _alert(notes, "KuzkStaleWorkerWritesRising", "10m", {}),
                 _alert(notes, "KuzkStatusServerNotSynced", "10m",
                        {"instance": "10.0.0.1:9821"}),

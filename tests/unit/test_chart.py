@@ -188,8 +188,9 @@ def test_service_monitor_when_enabled_or_when_its_api_exists() -> None:
              "kz-kuzk-status")
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "kuzk-status-server"
-    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
-                                        "scrapeTimeout": "10s"}]
+    # honorLabels: the job series' namespace label is the ProofJob's, not the target's
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "honorLabels": True,
+                                        "interval": "30s", "scrapeTimeout": "10s"}]
     # the operator's own /metrics: a ServiceMonitor on a headless Service of its pods
     docs = render("metrics.serviceMonitor.enabled=true", "operator.metricsPort=9100")
     op = one(docs, "ServiceMonitor", "kz-kuzk-operator")

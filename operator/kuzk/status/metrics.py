@@ -45,22 +45,27 @@ class ViewCollector(Collector):
         view, history, counts = self.view, self.view.history, self.view.counts()
         now = view.clock()
         jobs = list(view.jobs.values())
-        kinds = sorted({j.proof_kind for j in jobs})
+        # The ProofJob's namespace, as kube-state-metrics names an object's: scrape with
+        # honor_labels (the chart's ServiceMonitor does) to keep it over the target's.
+        kinds = sorted({(j.namespace, j.proof_kind) for j in jobs})
 
-        proofjobs = GaugeMetricFamily("kuzk_proofjobs", "ProofJobs by phase and proof kind.",
-                                      labels=["phase", "proof_kind"])
-        by_phase = Counter((j.phase, j.proof_kind) for j in jobs)
-        for kind in kinds:
+        proofjobs = GaugeMetricFamily(
+            "kuzk_proofjobs", "ProofJobs by namespace, phase and proof kind.",
+            labels=["namespace", "phase", "proof_kind"])
+        by_phase = Counter((j.namespace, j.phase, j.proof_kind) for j in jobs)
+        for ns, kind in kinds:
             for phase in PHASES:
-                proofjobs.add_metric([phase, kind], by_phase[(phase, kind)])
+                proofjobs.add_metric([ns, phase, kind], by_phase[(ns, phase, kind)])
         yield proofjobs
 
-        partitions = GaugeMetricFamily("kuzk_partitions", "Partitions by state and proof kind.",
-                                       labels=["state", "proof_kind"])
-        by_state = Counter((p.state, j.proof_kind) for j in jobs for p in j.partitions)
-        for kind in kinds:
+        partitions = GaugeMetricFamily(
+            "kuzk_partitions", "Partitions by namespace, state and proof kind.",
+            labels=["namespace", "state", "proof_kind"])
+        by_state = Counter((j.namespace, p.state, j.proof_kind) for j in jobs
+                           for p in j.partitions)
+        for ns, kind in kinds:
             for state in STATES:
-                partitions.add_metric([state, kind], by_state[(state, kind)])
+                partitions.add_metric([ns, state, kind], by_state[(ns, state, kind)])
         yield partitions
 
         view.settle(now)
@@ -117,21 +122,19 @@ class ViewCollector(Collector):
 
         completed = CounterMetricFamily("kuzk_partitions_completed",
                                         "Partitions done, deleted ProofJobs' included.",
-                                        labels=["proof_kind"])
+                                        labels=["namespace", "proof_kind"])
         failed = CounterMetricFamily("kuzk_partitions_failed",
                                      "Partitions failed, deleted ProofJobs' included.",
-                                     labels=["proof_kind"])
-        done_by_kind: Counter[str] = Counter()
-        failed_by_kind: Counter[str] = Counter()
-        for (_, kind), n in counts.completed.items():
-            done_by_kind[kind] += n
-        for (_, kind), n in counts.failed.items():
-            failed_by_kind[kind] += n
-        # Every proof kind from the start, zeros included: a series that appears only at its
-        # first count hides that first increase from rate() and increase().
-        for kind in sorted(set(PROOF_KINDS) | set(done_by_kind) | set(failed_by_kind)):
-            completed.add_metric([kind], done_by_kind[kind])
-            failed.add_metric([kind], failed_by_kind[kind])
+                                     labels=["namespace", "proof_kind"])
+        # Every proof kind of every namespace a job was seen in, zeros included: a job shows
+        # before its first partition ends, so its series is there before its first increase,
+        # which rate() and increase() would not see on a series that appears at its first count.
+        namespaces = {j.namespace for j in jobs} | {ns for ns, _ in counts.completed} | {
+            ns for ns, _ in counts.failed}
+        keys = {(ns, kind) for ns in namespaces for kind in PROOF_KINDS}
+        for key in sorted(keys | set(counts.completed) | set(counts.failed)):
+            completed.add_metric(list(key), counts.completed[key])
+            failed.add_metric(list(key), counts.failed[key])
         yield completed
         yield failed
 

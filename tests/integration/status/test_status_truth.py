@@ -199,9 +199,11 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
         assert (w["idle_reason"], w["holder"], w["lanes"]) == ("no_work", None, [])
 
     metrics = server.metrics()
-    assert metrics[("kuzk_partitions", (("proof_kind", "snap-update"), ("state", "done")))] == 16
-    assert metrics[("kuzk_partitions_completed_total", (("proof_kind", "snap-update"),))] == 16
-    assert metrics[("kuzk_proofjobs", (("phase", "Succeeded"), ("proof_kind", "snap-update")))] == 1
+    ns = ("namespace", namespace)
+    kind = ("proof_kind", "snap-update")
+    assert metrics[("kuzk_partitions", (ns, kind, ("state", "done")))] == 16
+    assert metrics[("kuzk_partitions_completed_total", (ns, kind))] == 16
+    assert metrics[("kuzk_proofjobs", (ns, ("phase", "Succeeded"), kind))] == 1
     for w in mine:
         assert metrics[("kuzk_gpu_workers", (("node", w["node"]), ("state", "gpu")))] == 0
         (busy,) = [v for (name, labels), v in metrics.items()

@@ -199,8 +199,9 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
     for p in status["pipelines"]:
         for state in ("done", "gpu", "pending", "failed"):
             expected = sum(q["state"] == state for q in p["partitions"])
-            assert value("kuzk_partitions", state=state, proof_kind=p["proof_kind"]) == expected
-    assert value("kuzk_proofjobs", phase="Failed", proof_kind="porep-c2") == 1
+            assert value("kuzk_partitions", namespace=p["namespace"], state=state,
+                         proof_kind=p["proof_kind"]) == expected
+    assert value("kuzk_proofjobs", namespace="ns", phase="Failed", proof_kind="porep-c2") == 1
     assert value("kuzk_gpu_workers", node="gpu-1", state="gpu") == status["fleet"][
         "gpus_proving"]
     for w in status["gpu_workers"]:
@@ -209,10 +210,12 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
                          gpu_uuid=w["gpu_uuid"], Hostname=w["node"], UUID=w["gpu_uuid"],
                          modelName="", reason=reason) == seconds
     counters = status["counters"]
-    assert value("kuzk_partitions_completed_total", proof_kind="snap-update") == counters[
-        "completed_by_kind"]["snap-update"]
-    assert value("kuzk_partitions_failed_total", proof_kind="porep-c2") == counters[
+    assert value("kuzk_partitions_completed_total", namespace="ns",
+                 proof_kind="snap-update") == counters["completed_by_kind"]["snap-update"]
+    assert value("kuzk_partitions_failed_total", namespace="ns", proof_kind="porep-c2") == counters[
         "failed_by_kind"]["porep-c2"]
+    # every proof kind of a namespace with a job, from zero
+    assert value("kuzk_partitions_failed_total", namespace="ns", proof_kind="winning-post") == 0
     assert value("kuzk_stale_worker_writes_rejected_total") == counters["stale_writes_rejected"]
     w1 = status["gpu_workers"][1]
     assert value("kuzk_gpu_busy_seconds_total", node="gpu-1", worker="W1",
