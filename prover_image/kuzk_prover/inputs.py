@@ -146,8 +146,12 @@ def make_input(
     )
 
 
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
+def _optional(env: Mapping[str, str | None], name: str) -> str:
+    return (env.get(name) or "").strip()
+
+
+def _required(env: Mapping[str, str | None], name: str) -> str:
+    value = _optional(env, name)
     if not value:
         msg = f"{name} is missing or empty"
         raise InputError(msg)
@@ -163,11 +167,11 @@ def identity_from_env(env: Mapping[str, str]) -> PodIdentity:
         proof_kind=_required(env, "KUZK_PROOF_KIND"),
         partition=_integer("KUZK_PARTITION", _required(env, "KUZK_PARTITION"), 0),
         attempt=_integer("KUZK_ATTEMPT", _required(env, "KUZK_ATTEMPT"), 0),
-        namespace=env.get("POD_NAMESPACE", "").strip(),
-        pod_name=env.get("POD_NAME", "").strip(),
-        pod_uid=env.get("POD_UID", "").strip(),
-        node=env.get("NODE_NAME", "").strip(),
-        visible_devices=env.get("NVIDIA_VISIBLE_DEVICES", "").strip(),
+        namespace=_optional(env, "POD_NAMESPACE"),
+        pod_name=_optional(env, "POD_NAME"),
+        pod_uid=_optional(env, "POD_UID"),
+        node=_optional(env, "NODE_NAME"),
+        visible_devices=_optional(env, "NVIDIA_VISIBLE_DEVICES"),
     )
 
 
