@@ -53,7 +53,12 @@ release name where it contains the chart's name already (release kuzk: kuzk-oper
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
+{{- /* A release that a chart before this naming rule named <release>-kuzk keeps those names on
+upgrade (else its ledger and peering would change under it): found by its operator's
+Deployment, made by this release. */}}
+{{- $old := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-%s-operator" .Release.Name $name) }}
+{{- $kept := and $old (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $old) .Release.Name) }}
+{{- if and (contains $name .Release.Name) (not $kept) }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
