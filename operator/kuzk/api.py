@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -251,6 +252,15 @@ def pod_partition(pod: Mapping[str, Any]) -> tuple[int, int] | None:
     if not (partition.isdigit() and attempt.isdigit()) or int(attempt) < 1:
         return None
     return int(partition), int(attempt)
+
+
+def error_status(body: str | bytes | None) -> Mapping[str, Any]:
+    """The API server's Status in the body of an error answer; {} when the body holds none."""
+    try:
+        status = json.loads(body or "{}")
+    except ValueError:
+        return {}
+    return status if isinstance(status, Mapping) else {}
 
 
 def format_time(moment: datetime, *, millis: bool = False) -> str:

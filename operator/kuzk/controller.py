@@ -563,10 +563,7 @@ def refusal(status: int, message: str) -> Refusal | None:
 
 def api_message(error: ApiException) -> str:
     """The message of the API server's Status in an error answer (its reason otherwise)."""
-    try:
-        return str(json.loads(error.body or "{}").get("message") or error.reason)
-    except (ValueError, AttributeError):
-        return str(error.reason)
+    return str(api.error_status(error.body).get("message") or error.reason)
 
 
 def _log_refusals(job: Body, refused: Mapping[int, Refusal], status: Mapping[str, Any]) -> None:

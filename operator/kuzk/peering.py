@@ -11,7 +11,6 @@ A peer that dies silently stops counting when its record expires, as in Kopf.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -53,7 +52,8 @@ def ensure_peering(api_client: client.ApiClient, name: str, namespaces: Sequence
         except ApiException as e:
             if e.status == 409:  # exists: the next namespace may still lack its own
                 continue
-            if e.status == 404 and ns and _not_found_kind(e) == "namespaces":
+            details = api.error_status(e.body).get("details") or {}
+            if e.status == 404 and ns and details.get("kind") == "namespaces":
                 msg = f"cannot create peering object {name!r}: namespace {ns!r} does not exist"
                 raise PeeringError(msg) from e
             if e.status == 404:
@@ -62,14 +62,6 @@ def ensure_peering(api_client: client.ApiClient, name: str, namespaces: Sequence
                 raise PeeringError(msg) from e
             msg = f"cannot create peering object {name!r}: {e.reason}"
             raise PeeringError(msg) from e
-
-
-def _not_found_kind(error: ApiException) -> str | None:
-    """What a 404's Status says was not found (``namespaces``, ...), if it says."""
-    try:
-        return str(json.loads(error.body or "{}").get("details", {}).get("kind"))
-    except (ValueError, AttributeError):
-        return None
 
 
 @dataclass(frozen=True)

@@ -188,3 +188,17 @@ def test_times_are_rfc3339_utc(moment, text):
 ])
 def test_dns_names_are_checked_by_one_rule(text: str, label: bool, subdomain: bool) -> None:
     assert (api.is_dns_label(text), api.is_dns_subdomain(text)) == (label, subdomain)
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('{"kind": "Status", "message": "quota exceeded", "details": {"kind": "namespaces"}}',
+     {"kind": "Status", "message": "quota exceeded", "details": {"kind": "namespaces"}}),
+    (b'{"message": "m"}', {"message": "m"}),
+    ("<html>502 Bad Gateway</html>", {}),
+    ("[1, 2]", {}),
+    ("", {}),
+    (None, {}),
+])
+def test_an_error_answers_status_is_read_from_its_body_or_is_empty(
+        body: str | bytes | None, expected: dict[str, object]) -> None:
+    assert api.error_status(body) == expected
