@@ -151,8 +151,8 @@ class Controller:
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
         if replaced_pods:
-            # A pod it deleted had been replaced by a namesake: decide again on what exists
-            # once the watch shows it.
+            # A pod it deleted had been replaced by a namesake, or the job changed before its
+            # delete: decide again on what exists once the watch shows it.
             requeue = min(requeue or STALE_RESYNC_SECONDS, STALE_RESYNC_SECONDS)
         return Synced(requeue, written, tuple(replaced), created, released)
 
@@ -237,8 +237,9 @@ class Controller:
         early: Mapping[str, Future[Body | Refusal | None]],
     ) -> tuple[list[Body], list[tuple[str, Body]], dict[int, Refusal], bool]:
         """Apply the actions; returns the pods created, the pods released (keyed by the
-        resourceVersion they replaced), the refused creates by partition, and whether a pod
-        to delete had been replaced by a namesake (its UID precondition failed)."""
+        resourceVersion they replaced), the refused creates by partition, and whether an object
+        to delete had changed since the decision (a pod replaced by a namesake, the job
+        changed: its precondition failed)."""
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
@@ -265,7 +266,7 @@ class Controller:
             elif isinstance(action, Event):
                 self.post_event(job, action)
             elif isinstance(action, DeleteJob):
-                self._delete_job(job, action)
+                stale |= not self._delete_job(job, action)
         return created, released, refused, stale
 
     def _create(self, ns: str, action: CreatePod) -> Body | Refusal | None:
@@ -298,7 +299,10 @@ class Controller:
                 raise
         return True
 
-    def _delete_job(self, job: Body, action: DeleteJob) -> None:
+    def _delete_job(self, job: Body, action: DeleteJob) -> bool:
+        """Delete the job as it was decided on: its UID and resourceVersion are the
+        preconditions. False when it changed since (409: a new TTL, a namesake): the decision
+        is made again on what exists."""
         md = job["metadata"]
         if self.ledger is not None:
             # What it counted stays counted (kuzk.ledger), before it can be gone.
@@ -306,7 +310,8 @@ class Controller:
         log.info("deleting ProofJob %s/%s: %s", md["namespace"], md["name"], action.reason)
         opts = client.V1DeleteOptions(
             propagation_policy="Background",
-            preconditions=client.V1Preconditions(uid=md["uid"]),
+            preconditions=client.V1Preconditions(uid=md["uid"],
+                                                 resource_version=md.get("resourceVersion")),
         )
         try:
             self.custom.delete_namespaced_custom_object(
@@ -314,8 +319,13 @@ class Controller:
                 body=opts,
             )
         except ApiException as e:
-            if e.status not in (404, 409):
+            if e.status == 409:
+                log.info("ProofJob %s/%s changed before its delete (%s); deciding again",
+                         md["namespace"], md["name"], action.reason)
+                return False
+            if e.status != 404:
                 raise
+        return True
 
     # --- the finalizer -------------------------------------------------------------------
     def release(

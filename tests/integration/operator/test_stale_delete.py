@@ -1,9 +1,14 @@
 """A pod delete carries the UID of the pod it was decided on. When a namesake has replaced
 that pod by the time the delete arrives (a cache that has not seen the replacement), the API
 server answers 409, the replacement is left alone, and the sync asks for another look soon;
-that look, on the pod that exists, deletes that one."""
+that look, on the pod that exists, deletes that one. A ProofJob's delete for its TTL carries
+the UID and the resourceVersion it was decided on, so a job changed since is not deleted on an
+old decision."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from kubernetes import client
 
@@ -46,3 +51,34 @@ def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(
     controller.sync(synced.job or job, [replacement], [])
     # (it stays terminating: no kubelet runs on its node to confirm the end)
     assert cluster.core.read_namespaced_pod(name, namespace).metadata.deletion_timestamp
+
+
+def test_a_ttl_delete_decided_on_a_changed_job_gets_409_and_the_sync_decides_again(
+        prover_account: Cluster, namespace: str) -> None:
+    cluster = prover_account
+    apply_job(cluster, namespace, proofjob("expiring", partitions=1, ttlSecondsAfterFinished=60,
+                                           prover={"image": "elsewhere/prover:1"}))
+    job = get_job(cluster, namespace, "expiring")
+    assert job is not None
+    # An image the operator does not allow: the job fails at once, with no pod.
+    controller = Controller(cluster.api, replace(SETTINGS, allowed_images=(SETTINGS.image,)),
+                            lambda _job, _event: None)
+    started = datetime.now(UTC)
+    failed = controller.sync(job, [], [], now=started).job
+    assert failed is not None and failed["status"]["phase"] == "Failed"
+    assert not cluster.core.list_namespaced_pod(namespace).items
+    # Someone changes the job after the copy the cache holds (a label, a TTL raised).
+    custom = client.CustomObjectsApi(cluster.api)
+    custom.patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, "expiring",
+        {"metadata": {"labels": {"kept": "yes"}}})
+    past_ttl = started + timedelta(seconds=120)
+
+    synced = controller.sync(failed, [], [], now=past_ttl)
+
+    assert get_job(cluster, namespace, "expiring") is not None, "deleted on an old decision"
+    assert synced.requeue_after is not None and synced.requeue_after <= STALE_RESYNC_SECONDS
+    fresh = get_job(cluster, namespace, "expiring")
+    assert fresh is not None
+    controller.sync(fresh, [], [], now=past_ttl)
+    wait_for(lambda: get_job(cluster, namespace, "expiring") is None, 30, "the job deleted")
