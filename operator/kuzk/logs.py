@@ -19,6 +19,8 @@ from typing import Any
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
+from kuzk import api
+
 FORMATS = ("text", "json")
 KEYS = ("time", "level", "logger", "message")  # every JSON line's first keys, in order
 CONTEXT = ("job", "partition", "pod")
@@ -26,9 +28,8 @@ CONTEXT = ("job", "partition", "pod")
 KOPF_EXTRAS = ("k8s_skip", "k8s_ref", "settings")
 
 
-def rfc3339(created: float) -> str:
-    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+def _time(record: logging.LogRecord) -> str:
+    return api.format_time(datetime.fromtimestamp(record.created, UTC), millis=True)
 
 
 def _context(record: logging.LogRecord) -> dict[str, Any]:
@@ -50,7 +51,7 @@ class JsonLines(JsonFormatter):
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
                    message_dict: dict[str, Any]) -> None:
-        log_data["time"] = rfc3339(record.created)
+        log_data["time"] = _time(record)
         log_data["level"] = record.levelname.lower()
         log_data["logger"] = record.name
         super().add_fields(log_data, record, message_dict)
@@ -60,7 +61,7 @@ class JsonLines(JsonFormatter):
 class TextLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         context = "".join(f" {k}={v}" for k, v in _context(record).items())
-        line = (f"{rfc3339(record.created)} {record.levelname.lower()} {record.name}:"
+        line = (f"{_time(record)} {record.levelname.lower()} {record.name}:"
                 f" {record.getMessage()}{context}")
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
