@@ -279,6 +279,22 @@ def parse_time(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def as_int(value: Any) -> int | None:
+    """An integer field of a stored object; None where it is absent or not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_timestamp(value: Any) -> float | None:
+    """A timestamp field of a stored object in seconds since the epoch; None where it is
+    absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value).timestamp()
+    except ValueError:
+        return None
+
+
 def _hashed(name: str, limit: int) -> str:
     digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_HASH_CHARS]
     keep = limit - len(digest) - 1

@@ -170,11 +170,12 @@ def proofjob_tally(job: Mapping[str, Any]) -> Tally:
     """What a ProofJob (as the API server returns it) counts."""
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
     status = job.get("status") or {}
-    start = _timestamp(status.get("startTime"))
+    start = api.as_timestamp(status.get("startTime"))
     return job_tally(str(meta.get("namespace", "")), str(spec.get("proofKind", "")), (
-        Finished(str(e.get("state", "")), _millis(e.get("synthMs")), _millis(e.get("gpuMs")),
-                 queue_wait(start, _millis(e.get("attempt")) or 1,
-                            _timestamp(e.get("startedAt"))))
+        Finished(str(e.get("state", "")), api.as_int(e.get("synthMs")),
+                 api.as_int(e.get("gpuMs")),
+                 queue_wait(start, api.as_int(e.get("attempt")) or 1,
+                            api.as_timestamp(e.get("startedAt"))))
         for e in status.get("partitions") or []))
 
 
@@ -182,17 +183,6 @@ def workerstatus_tally(worker_status: Mapping[str, Any]) -> Tally:
     """What a WorkerStatus counts: the stale writes it refused."""
     status = worker_status.get("status") or {}
     return Tally(stale_writes_rejected=int(status.get("staleWritesRejected") or 0))
-
-
-def _millis(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _timestamp(value: Any) -> float | None:
-    try:
-        return api.parse_time(value).timestamp() if isinstance(value, str) else None
-    except ValueError:
-        return None
 
 
 @dataclass

@@ -129,10 +129,9 @@ class ViewCollector(Collector):
         # Every proof kind of every namespace a job was seen in, zeros included: a job shows
         # before its first partition ends, so its series is there before its first increase,
         # which rate() and increase() would not see on a series that appears at its first count.
-        namespaces = {j.namespace for j in jobs} | {ns for ns, _ in counts.completed} | {
-            ns for ns, _ in counts.failed}
-        keys = {(ns, kind) for ns in namespaces for kind in PROOF_KINDS}
-        for key in sorted(keys | set(counts.completed) | set(counts.failed)):
+        counted = counts.completed.keys() | counts.failed.keys()
+        namespaces = {j.namespace for j in jobs} | {ns for ns, _ in counted}
+        for key in sorted(counted | {(ns, kind) for ns in namespaces for kind in PROOF_KINDS}):
             completed.add_metric(list(key), counts.completed[key])
             failed.add_metric(list(key), counts.failed[key])
         yield completed

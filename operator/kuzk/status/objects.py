@@ -95,19 +95,6 @@ def key(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
 
 
-def _time(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return api.parse_time(text).timestamp()
-    except ValueError:
-        return None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -119,24 +106,24 @@ def job(obj: Mapping[str, Any]) -> Job:
     kind = str(spec.get("proofKind", ""))
     defaults = api.PROOF_KINDS.get(kind)
     total = (
-        _int(status.get("partitionCount"))
-        or _int(spec.get("partitions"))
+        api.as_int(status.get("partitionCount"))
+        or api.as_int(spec.get("partitions"))
         or (defaults.partitions if defaults else 0)
     )
     reported: dict[int, Partition] = {}
     for entry in status.get("partitions") or []:
-        index = _int(entry.get("index"))
+        index = api.as_int(entry.get("index"))
         if index is None:
             continue
         reported[index] = Partition(
             index=index,
             state=str(entry.get("state", PENDING)),
-            attempt=_int(entry.get("attempt")) or 1,
+            attempt=api.as_int(entry.get("attempt")) or 1,
             node=_str(entry.get("node")),
             worker=_str(entry.get("worker")),
-            synth_ms=_int(entry.get("synthMs")),
-            gpu_ms=_int(entry.get("gpuMs")),
-            started_at=_time(entry.get("startedAt")),
+            synth_ms=api.as_int(entry.get("synthMs")),
+            gpu_ms=api.as_int(entry.get("gpuMs")),
+            started_at=api.as_timestamp(entry.get("startedAt")),
             reason=_str(entry.get("reason")),
             message=_str(entry.get("message")),
         )
@@ -149,8 +136,8 @@ def job(obj: Mapping[str, Any]) -> Job:
         created=str(meta.get("creationTimestamp", "")),
         proof_kind=kind,
         phase=str(status.get("phase") or "Pending"),
-        start_time=_time(status.get("startTime")),
-        completion_time=_time(status.get("completionTime")),
+        start_time=api.as_timestamp(status.get("startTime")),
+        completion_time=api.as_timestamp(status.get("completionTime")),
         partitions=partitions,
         resource_version=str(meta.get("resourceVersion", "")),
     )
