@@ -119,7 +119,7 @@ class Controller:
         replaced: list[str] = []
         created: list[Body] = []
         released: list[tuple[str, Body]] = []
-        replaced_pods = False
+        decided_on_stale = False
         # A second pass only when the API server refused a pod: it records the refusal in the
         # status (and with it the backoff before the pod is asked for again).
         for _ in range(2):
@@ -138,7 +138,7 @@ class Controller:
                 _log_refusals(job, refused, decision.status)
             by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
             made, freed, refused, stale = self._apply(job, decision, by_name, early)
-            replaced_pods |= stale
+            decided_on_stale |= stale
             created += made
             released += freed
             pods = [*pods, *made]
@@ -150,7 +150,7 @@ class Controller:
             requeue = decision.requeue_after
         else:
             requeue = min(decision.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
-        if replaced_pods:
+        if decided_on_stale:
             # A pod it deleted had been replaced by a namesake, or the job changed before its
             # delete: decide again on what exists once the watch shows it.
             requeue = min(requeue or STALE_RESYNC_SECONDS, STALE_RESYNC_SECONDS)

@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +36,8 @@ from tests.testenv.controlplane import stop_group
 from tests.testenv.waiting import wait_for
 
 STANDIN = Path(__file__).parent / "standin.py"
+# The partition pods of these tests, which run the stand-in prover.
+STANDIN_SETTINGS = PodSettings(image="kuzk-standin:test")
 T = TypeVar("T")
 
 
@@ -123,7 +125,7 @@ def run_operator(prover_account: Cluster, namespace: str, plan: Plan,
         argv = [
             sys.executable, "-m", "kuzk.cli", "operator", *scope,
             "--prover-command", json.dumps(standin_command(plan)),
-            "--prover-image", "kuzk-standin:test",
+            "--prover-image", STANDIN_SETTINGS.image,
             *(["--standalone"] if standalone else []), *extra,
         ]
         with log.open("wb") as out:
@@ -177,8 +179,7 @@ def inprocess_operator(
     started: list[InProcessOperator] = []
 
     def start() -> InProcessOperator:
-        memo = handlers.configure(PodSettings(image="kuzk-standin:test",
-                                              command=tuple(standin_command(plan))))
+        memo = handlers.configure(replace(STANDIN_SETTINGS, command=tuple(standin_command(plan))))
         loop, stop_flag = asyncio.new_event_loop(), threading.Event()
 
         def main() -> None:
@@ -218,6 +219,14 @@ def apply_job(cluster: Cluster, namespace: str, job: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
 
 
+def stored_job(cluster: Cluster, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+    """``apply_job``, then the job as the API server stores it."""
+    apply_job(cluster, namespace, job)
+    stored = get_job(cluster, namespace, job["metadata"]["name"])
+    assert stored is not None
+    return stored
+
+
 def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         return dict(client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
@@ -249,7 +258,7 @@ def bound_pod(cluster: Cluster, namespace: str, job: dict[str, Any], *,
     """Partition 0's first pod of ``job`` as the operator would make it, created bound to a
     node no kubelet runs (live, never started), as the API server returned it; without its
     finalizer a delete removes it at once."""
-    manifest = pod_manifest(resolve(job), 0, 1, PodSettings(image="kuzk-standin:test"))
+    manifest = pod_manifest(resolve(job), 0, 1, STANDIN_SETTINGS)
     if not finalizer:
         manifest["metadata"].pop("finalizers", None)
     manifest["spec"]["nodeName"] = "nowhere"

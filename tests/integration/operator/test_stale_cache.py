@@ -10,19 +10,19 @@ from kubernetes import client
 
 from kuzk import api
 from kuzk.controller import Controller
-from kuzk.pods import PodSettings
-from tests.integration.operator.conftest import apply_job, bound_pod, get_job, proofjob
+from tests.integration.operator.conftest import (
+    STANDIN_SETTINGS,
+    bound_pod,
+    proofjob,
+    stored_job,
+)
 from tests.testenv.cluster import Cluster
-
-SETTINGS = PodSettings(image="kuzk-standin:test")
 
 
 def test_a_running_pod_missing_from_the_cache_is_read_not_retried(
         prover_account: Cluster, namespace: str) -> None:
     cluster = prover_account
-    apply_job(cluster, namespace, proofjob("stale", partitions=1))
-    job = get_job(cluster, namespace, "stale")
-    assert job is not None
+    job = stored_job(cluster, namespace, proofjob("stale", partitions=1))
     pod = bound_pod(cluster, namespace, job)  # never started: a pod the status shows running
     status = {"phase": "Running", "partitions": [
         {"index": 0, "state": "scheduled", "attempt": 1, "pod": pod["metadata"]["name"],
@@ -31,7 +31,7 @@ def test_a_running_pod_missing_from_the_cache_is_read_not_retried(
     job = custom.patch_namespaced_custom_object_status(
         api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, "stale", {"status": status})
     events: list[Any] = []
-    controller = Controller(cluster.api, SETTINGS, lambda _job, event: events.append(event))
+    controller = Controller(cluster.api, STANDIN_SETTINGS, lambda _job, event: events.append(event))
 
     synced = controller.sync(job, [], [])  # the cache holds no pod of the job
 

@@ -14,20 +14,21 @@ from kubernetes import client
 
 from kuzk import api
 from kuzk.controller import STALE_RESYNC_SECONDS, Controller
-from kuzk.pods import PodSettings
-from tests.integration.operator.conftest import apply_job, bound_pod, get_job, proofjob
+from tests.integration.operator.conftest import (
+    STANDIN_SETTINGS,
+    bound_pod,
+    get_job,
+    proofjob,
+    stored_job,
+)
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
-
-SETTINGS = PodSettings(image="kuzk-standin:test")
 
 
 def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(
         prover_account: Cluster, namespace: str) -> None:
     cluster = prover_account
-    apply_job(cluster, namespace, proofjob("stale", partitions=1))
-    job = get_job(cluster, namespace, "stale")
-    assert job is not None
+    job = stored_job(cluster, namespace, proofjob("stale", partitions=1))
     decided_on = bound_pod(cluster, namespace, job, finalizer=False)
     name = decided_on["metadata"]["name"]
     cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
@@ -39,7 +40,7 @@ def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(
     job = custom.patch_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PROOFJOB_PLURAL, "stale",
         {"spec": {"suspend": True}})
-    controller = Controller(cluster.api, SETTINGS, lambda _job, _event: None)
+    controller = Controller(cluster.api, STANDIN_SETTINGS, lambda _job, _event: None)
 
     synced = controller.sync(job, [decided_on], [])
 
@@ -56,13 +57,12 @@ def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(
 def test_a_ttl_delete_decided_on_a_changed_job_gets_409_and_the_sync_decides_again(
         prover_account: Cluster, namespace: str) -> None:
     cluster = prover_account
-    apply_job(cluster, namespace, proofjob("expiring", partitions=1, ttlSecondsAfterFinished=60,
-                                           prover={"image": "elsewhere/prover:1"}))
-    job = get_job(cluster, namespace, "expiring")
-    assert job is not None
+    job = stored_job(cluster, namespace, proofjob(
+        "expiring", partitions=1, ttlSecondsAfterFinished=60,
+        prover={"image": "elsewhere/prover:1"}))
     # An image the operator does not allow: the job fails at once, with no pod.
-    controller = Controller(cluster.api, replace(SETTINGS, allowed_images=(SETTINGS.image,)),
-                            lambda _job, _event: None)
+    allowing = replace(STANDIN_SETTINGS, allowed_images=(STANDIN_SETTINGS.image,))
+    controller = Controller(cluster.api, allowing, lambda _job, _event: None)
     started = datetime.now(UTC)
     failed = controller.sync(job, [], [], now=started).job
     assert failed is not None and failed["status"]["phase"] == "Failed"
