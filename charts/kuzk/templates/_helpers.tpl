@@ -53,17 +53,22 @@ release name where it contains the chart's name already (release kuzk: kuzk-oper
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
-{{- /* A release that a chart before this naming rule named <release>-kuzk keeps those names on
-upgrade (else its ledger and peering would change under it): found by its operator's
-Deployment, made by this release. */}}
-{{- $old := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-%s-operator" .Release.Name $name) }}
-{{- $kept := and $old (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $old) .Release.Name) }}
-{{- if and (contains $name .Release.Name) (not $kept) }}
+{{- if and (contains $name .Release.Name) (not (include "kuzk.namedByOldChart" .)) }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* Non-empty for a release that a chart before the naming rule above named <release>-kuzk:
+it keeps those names on upgrade (else its ledger and peering would change under it). Found
+by its operator's Deployment, made by this release; asked only of a release whose name the
+rule would shorten. */}}
+{{- define "kuzk.namedByOldChart" -}}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- $old := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-%s-operator" .Release.Name $name) }}
+{{- if and $old (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $old) .Release.Name) }}true{{ end }}
 {{- end }}
 
 {{/* The fullname plus a suffix, at most 63 characters with the whole suffix kept: the fullname
