@@ -115,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
         " (default: an emptyDir per pod); a ProofJob cannot choose one",
     )
     op.add_argument(
+        "--prover-image-pull-secret",
+        action="append",
+        default=[],
+        type=_secret_name,
+        metavar="NAME",
+        help="a Secret of the ProofJob's namespace that partition pods pull their image with"
+        " (repeatable). Default: none on the pod (the prover ServiceAccount's apply)",
+    )
+    op.add_argument(
         "--allowed-prover-image",
         action="append",
         default=[],
@@ -219,6 +228,13 @@ def _namespace(text: str) -> str:
     return text
 
 
+def _secret_name(text: str) -> str:
+    if not api.is_dns_subdomain(text):
+        msg = f"expected the name of a Secret (a DNS subdomain), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
 def _ledger(text: str) -> tuple[str, str]:
     namespace, _, name = text.partition("/")
     if not (api.is_dns_label(namespace) and api.is_dns_subdomain(name)):
@@ -281,6 +297,7 @@ def run_operator(args: argparse.Namespace) -> int:
                 allowed_images=tuple(args.allowed_prover_image),
                 allowed_priority_classes=tuple(args.allowed_priority_class),
                 log_format=args.log_format,
+                image_pull_secrets=tuple(dict.fromkeys(args.prover_image_pull_secret)),
             ),
             peering,
             args.ledger,

@@ -49,6 +49,9 @@ class PodSettings:
     allowed_priority_classes: tuple[str, ...] = ()
     # The format of the prover's log lines (kuzk.logs), the operator's own.
     log_format: str = "text"
+    # Secrets (of the ProofJob's namespace) the kubelet pulls the prover image with; empty:
+    # none on the pod (the prover ServiceAccount's own, if any, then apply).
+    image_pull_secrets: tuple[str, ...] = ()
 
     def rejections(self, job: Mapping[str, Any]) -> list[str]:
         """Why the ProofJob's own choices are not allowed (the same messages as the chart's
@@ -87,6 +90,8 @@ def pod_manifest(
         "containers": [_container(spec, partition, attempt, settings)],
         "volumes": [kernel_cache_volume(settings)],
     }
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     if spec.node_selector is not None:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations is not None:

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from kuzk import crds
 from tests.e2e.test_user_path import CHART, Release, _drop_namespace, chart_values, helm
-from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
+from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job
 from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import NodeSpec
 from tests.testenv.waiting import wait_for
@@ -77,6 +77,9 @@ def test_upgrade_from_the_previous_chart_while_a_job_runs(kuzk_installed: Cluste
                 job = wait_job(cluster, namespace, "across", "Succeeded", timeout=300)
                 retried = [p for p in job["status"]["partitions"] if p["attempt"] != 1]
                 assert job["status"]["retries"] == 0 and not retried, retried
+                # No pull secret set: the operator adds none to the partition pods.
+                pods = job_pods(cluster, namespace, "across")
+                assert pods and not [p.metadata.name for p in pods if p.spec.image_pull_secrets]
                 # The new chart's objects are there: the ledger the operator is told of.
                 apps = client.AppsV1Api(cluster.api)
                 deployments = {d.metadata.name for d in

@@ -22,9 +22,11 @@ the status server listens on its pod's own address (every pod shares the host's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -34,7 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
 
 from kuzk import api, crds, ledger
 from kuzk.logs import KEYS
@@ -52,6 +54,10 @@ RELEASE = "kz"
 OPERATOR, STATUS = f"{RELEASE}-kuzk-operator", f"{RELEASE}-kuzk-status"
 CIRCUIT_LOG2 = 10  # the examples' sizes would take hours on a CPU
 INSTANCE = "app.kubernetes.io/instance"
+# The release pulls through a private registry: every pod it makes names these Secrets (the
+# process kubelet runs commands, so nothing is pulled; the pod specs carry them all the same).
+PULL_SECRETS = ["regcred"]
+PROVER_PULL_SECRETS = ["gpu-registry"]
 
 
 @dataclass
@@ -148,11 +154,46 @@ def completed_by_workers(r: Release) -> int:
                for w in (ws.get("status") or {}).get("workers") or [])
 
 
+def _names_json(names: list[str]) -> str:
+    return json.dumps([{"name": name} for name in names])
+
+
+def _pull_secrets(pod: client.V1Pod) -> list[str]:
+    return [s.name for s in pod.spec.image_pull_secrets or []]
+
+
+@contextlib.contextmanager
+def _pods_seen(r: Release) -> Iterator[dict[str, list[str]]]:
+    """The pull secrets of every pod that exists in the release's namespace while the block
+    runs (a watch, so a hook's pod deleted before the block ends is seen too)."""
+    seen: dict[str, list[str]] = {}
+    stream = watch.Watch()
+    listed = r.cluster.core.list_namespaced_pod(r.namespace)
+    for pod in listed.items:
+        seen[pod.metadata.name] = _pull_secrets(pod)
+
+    def follow() -> None:
+        for event in stream.stream(r.cluster.core.list_namespaced_pod, r.namespace,
+                                   resource_version=listed.metadata.resource_version,
+                                   timeout_seconds=300):
+            pod = event["object"]
+            seen[pod.metadata.name] = _pull_secrets(pod)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stream.stop()
+
+
 # --- 1. install -----------------------------------------------------------------------------
 def test_1_helm_install_runs_everything_under_its_own_service_account(release: Release) -> None:
     r = release
     out = helm(r, "install", RELEASE, str(CHART), "-n", r.namespace, "--wait",
-               "--timeout", "180s", *chart_values(r.namespace))
+               "--timeout", "180s", *chart_values(r.namespace),
+               "--set-json", f"imagePullSecrets={_names_json(PULL_SECRETS)}",
+               "--set-json", f"prover.imagePullSecrets={_names_json(PROVER_PULL_SECRETS)}")
     notes = out.split("NOTES:", 1)[1]
     assert f"kubectl apply -n {r.namespace} -f examples/snap-update.yaml" in notes
     assert f"kubectl get pj,ws -n {r.namespace}" in notes
@@ -164,6 +205,7 @@ def test_1_helm_install_runs_everything_under_its_own_service_account(release: R
     pods = r.cluster.core.list_namespaced_pod(r.namespace, label_selector=f"{INSTANCE}=kz").items
     accounts = {p.metadata.labels["app.kubernetes.io/name"]: p.spec.service_account_name
                 for p in pods}
+    assert all(_pull_secrets(p) == PULL_SECRETS for p in pods)
     assert accounts == {"kuzk-operator": OPERATOR, "kuzk-status-server": STATUS}
     assert len(status_pods(r)) == 2
 
@@ -309,6 +351,12 @@ def test_2_every_example_succeeds_and_status_agrees(release: Release) -> None:
     got = r.cluster.kubectl("get", "ws", *sorted(r.kubelet.nodes)).stdout.splitlines()
     assert got[0].split() == _printer_header(api.WORKERSTATUS_KIND)
     assert sorted(line.split()[0] for line in got[1:]) == sorted(r.kubelet.nodes)
+
+    # Every partition pod pulls with the release's secrets and the prover's, in that order.
+    for j in pj:
+        pods = job_pods(r.cluster, r.namespace, j["metadata"]["name"])
+        assert pods and all(_pull_secrets(p) == PULL_SECRETS + PROVER_PULL_SECRETS
+                            for p in pods), [(p.metadata.name, _pull_secrets(p)) for p in pods]
 
     _status_agrees(r, pj)
     _one_log_format(r)
@@ -497,7 +545,15 @@ def test_6_helm_uninstall_removes_what_the_chart_made(release: Release) -> None:
         "spec": {"nodeSelector": {"kuzk.io/none": "x"},
                  "containers": [{"name": "c", "image": "kuzk-standin:test"}]}})
 
-    helm(r, "uninstall", RELEASE, "-n", r.namespace, "--wait", "--timeout", "120s")
+    with _pods_seen(r) as seen:
+        helm(r, "uninstall", RELEASE, "-n", r.namespace, "--wait", "--timeout", "120s")
+
+        def hook() -> list[list[str]]:
+            return [secrets for name, secrets in list(seen.items())
+                    if name.startswith(f"{RELEASE}-kuzk-release-finalizers-")]
+
+        wait_for(lambda: bool(hook()), 30, "the uninstall hook's pod seen")
+    assert all(secrets == PULL_SECRETS for secrets in hook()), seen
     try:
         foreign = r.cluster.core.read_namespaced_pod("foreign", foreign_ns)
         assert foreign.metadata.finalizers == [api.FINALIZER]

@@ -122,6 +122,16 @@ seccompProfile:
 {{ toJson (.Values.prover.allowedImages | default (list .Values.prover.image)) }}
 {{- end }}
 
+{{/* The Secrets partition pods pull the prover image with: the release's imagePullSecrets,
+then prover.imagePullSecrets, each name once (a JSON list of names). */}}
+{{- define "kuzk.proverPullSecrets" -}}
+{{- $names := list }}
+{{- range concat .Values.imagePullSecrets .Values.prover.imagePullSecrets }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- toJson ($names | uniq) }}
+{{- end }}
+
 {{- define "kuzk.allowedPriorityClasses" -}}
 {{ toJson (.Values.prover.allowedPriorityClasses | default (list "kuzk-critical" "kuzk-high" "kuzk-normal")) }}
 {{- end }}

@@ -153,3 +153,10 @@ def test_long_job_names_stay_valid():
 def test_rejects_impossible_partitions(partition, attempt, match):
     with pytest.raises(ValueError, match=match):
         pod_manifest(resolve(Make.job()), partition, attempt, SETTINGS)
+
+
+def test_pull_secrets_only_when_set():
+    assert "imagePullSecrets" not in pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)["spec"]
+    settings = replace(SETTINGS, image_pull_secrets=("regcred", "mirror"))
+    pod = pod_manifest(resolve(Make.job()), 0, 1, settings)
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
