@@ -15,8 +15,10 @@ Two things differ from a real kubelet because a process cannot have files mounte
 paths: the termination-message file's path is given in ``TERMINATION_MESSAGE_PATH``, and the
 ServiceAccount credentials come as ``KUBECONFIG`` instead of the in-cluster token files.
 Container restart back-off is 1 s doubling to 10 s (a real kubelet uses 10 s to 5 min).
-A pod whose images are all in the local podman store runs as real containers instead, with
-the real mounts and no such workarounds (``tests/testenv/containers.py``).
+A pod whose images are all in the local podman store, or served by a registry on this
+machine's loopback (which it pulls them from with the pod's imagePullSecrets), runs as real
+containers instead, with the real mounts and no such workarounds
+(``tests/testenv/containers.py``).
 
 Like a real kubelet it rides out an API server outage: status updates, token requests and the
 final delete try again until they get through (``ProcessKubelet.through_outage``), and the pod
@@ -713,6 +715,11 @@ class PodRunner(threading.Thread):
         self.base_env = env
 
     # --- running -----------------------------------------------------------------------
+    def _pull_images(self) -> bool:
+        """Make the containers' images present; False if the pod is deleted first. Processes
+        need none."""
+        return True
+
     def _spawn(self, c: ContainerState) -> None:
         c.message_file.write_bytes(b"")
         c.terminated = None
@@ -824,6 +831,9 @@ class PodRunner(threading.Thread):
             for c in self.containers:
                 c.waiting = {"reason": "CreateContainerError", "message": self.message}
             self.push()
+            return
+        if not self._pull_images():
+            self._terminate()  # deleted while its images were pulled
             return
         with self.lock:
             for c in self.containers:
@@ -994,7 +1004,8 @@ class PodRunner(threading.Thread):
 
 
 def _runner(kubelet: ProcessKubelet, pod: dict[str, Any]) -> PodRunner:
-    """Containers for a pod whose images are all in the local podman store, else processes."""
+    """Containers for a pod whose images are all in the local podman store or on a loopback
+    registry, else processes."""
     from tests.testenv import containers  # it builds on PodRunner, so it imports this module
 
     if containers.runs_as_containers(pod):
