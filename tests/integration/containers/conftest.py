@@ -1,11 +1,16 @@
 """Provides ``images``: kuzk's images built by tests/testenv/images (once per session, cached
-by their inputs across sessions), so that pods naming them run as real containers."""
+by their inputs across sessions), so that pods naming them run as real containers;
+``run_operator``, ``plan`` and ``prover_account`` come from the operator tests, for the tests
+whose partition pods run as containers."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.integration.operator.conftest import plan, prover_account, run_operator
 from tests.testenv.containers import Images, build_images
+
+__all__ = ["plan", "prover_account", "run_operator"]
 
 
 @pytest.fixture(scope="session")
