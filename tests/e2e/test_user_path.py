@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 import yaml
 from kubernetes import client, watch
 
@@ -173,11 +174,14 @@ def _pods_seen(r: Release) -> Iterator[dict[str, list[str]]]:
         seen[pod.metadata.name] = _pull_secrets(pod)
 
     def follow() -> None:
-        for event in stream.stream(r.cluster.core.list_namespaced_pod, r.namespace,
-                                   resource_version=listed.metadata.resource_version,
-                                   timeout_seconds=300):
-            pod = event["object"]
-            seen[pod.metadata.name] = _pull_secrets(pod)
+        # A watch the API server ends early only leaves pods unseen, which the caller's wait
+        # on what it expects to see reports.
+        with contextlib.suppress(urllib3.exceptions.ProtocolError):
+            for event in stream.stream(r.cluster.core.list_namespaced_pod, r.namespace,
+                                       resource_version=listed.metadata.resource_version,
+                                       timeout_seconds=300):
+                pod = event["object"]
+                seen[pod.metadata.name] = _pull_secrets(pod)
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
