@@ -95,9 +95,7 @@ def fnv1a64(data: bytes) -> str:
 @pytest.mark.parametrize(
     ("script", "code", "line"),
     [
-        ("exit 0", 1, "the prover exited 0 without a result (kuzk-lane result FILE)"),
         ("exit 2", 2, "invalid input: the prover exited 2"),
-        ("exit 7", 7, "the prover exited 7"),
         ("kill -KILL $$", 1, "the prover was killed by SIGKILL"),
         ("echo own words > $TERMINATION_MESSAGE_PATH; exit 3", 3, "own words\n"),
     ],
@@ -236,6 +234,8 @@ def test_without_calls_the_agent_holds_the_gpu_for_the_whole_run(tmp_path: Path)
         (0, '{"commitment":"0x01"}', False, (0, '{"commitment":"0x01"}')),
         (0, '{"commitment":"0x01"}', True, (0, '{"commitment":"0x01"}')),
         (0, None, True, (0, None)),
+        (0, None, False, (1, "the prover exited 0 without a result (kuzk-lane result FILE)")),
+        (7, None, False, (7, "the prover exited 7")),
         (2, None, True, (2, None)),
         (-15, None, False, (1, "the prover was killed by SIGTERM")),
         (1, '{"commitment":"0x01"}', False, (1, "the prover exited 1")),
