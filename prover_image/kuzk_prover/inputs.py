@@ -45,7 +45,7 @@ class ProofInput:
     def seed(self) -> bytes:
         """The witness seed of this partition."""
         # Imported here, not at the top: this module's reading of the pod contract serves
-        # the lane agent (``kuzk_prover.lane``) too, which must run without NumPy.
+        # the lane agent (``kuzk_prover.lane_agent``) too, which must run without NumPy.
         from kuzk_prover.synthesis import derive_seed
 
         return derive_seed(
