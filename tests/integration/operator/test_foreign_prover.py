@@ -219,7 +219,7 @@ def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
         cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROVER_SYNTH_SECONDS", "0")
-    monkeypatch.setenv("PROVER_GPU_SECONDS", "4")
+    monkeypatch.setenv("PROVER_GPU_SECONDS", "2")
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
     run_operator(*under_agent("sh", str(SCRIPT)))
@@ -250,7 +250,7 @@ def test_a_killed_agent_fails_its_pod_and_the_finalizer_frees_its_lane(
         cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROVER_SYNTH_SECONDS", "0")
-    monkeypatch.setenv("PROVER_GPU_SECONDS", "4")
+    monkeypatch.setenv("PROVER_GPU_SECONDS", "2")
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
     run_operator(*under_agent("sh", str(SCRIPT)))
