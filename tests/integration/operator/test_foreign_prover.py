@@ -1,6 +1,7 @@
 """Provers that are not kuzk's own, under the lane agent (``kuzk-lane run --calls -- CMD``):
 the shell-script and C examples of examples/foreign-prover get lanes and a truthful screen
-with the same checks as the built-in prover (test_worker_truth.py); a SIGKILLed prover's GPU
+with the same checks as the built-in prover (test_worker_truth.py), the C one also in the
+prover image's containers; a SIGKILLed prover's GPU
 phase is freed by its agent, a SIGKILLed agent's lane by the operator's finalizer release;
 an ``acquire`` made while kube-apiserver restarts waits and then succeeds; and every bad call
 is refused with its one line while the WorkerStatus stays as it was."""
@@ -11,8 +12,10 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -23,10 +26,12 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kuzk import api
+from kuzk.pods import KERNEL_CACHE_DIR
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.operator.test_worker_truth import Sample, _lies, _sample, _workers
 from tests.integration.status.server import running
 from tests.testenv.cluster import Cluster
+from tests.testenv.containers import Images, build_images
 from tests.testenv.kubelet import ProcessKubelet
 from tests.testenv.waiting import wait_for
 
@@ -182,6 +187,42 @@ def test_the_c_prover_gets_lanes_and_a_truthful_screen(
     kubelet = nodes(1, gpus=2, replicas=2)
     run_operator(*under_agent(str(binary)))
     _run_job_and_check(cluster, namespace, kubelet, "compiled", 6, c_commitment, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def images() -> Images:
+    return build_images()
+
+
+def test_the_c_prover_runs_in_the_prover_image_under_its_agent(
+        cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
+        images: Images) -> None:
+    """The same C example, linked statically and handed to the pods through the node
+    directory the chart can mount (``prover.kernelCacheHostPath``), in the prover image's
+    containers: read-only root, uid 10001, credentials from the standard path, the agent's
+    abstract socket between the two."""
+    folder = Path(tempfile.mkdtemp(prefix="kuzk-foreign-prover-"))
+    try:
+        folder.chmod(0o755)  # the pods' uid 10001 reads it
+        subprocess.run(["cc", "-O2", "-static", "-o", str(folder / "prover"),
+                        str(EXAMPLES / "prover.c")], check=True, timeout=120)
+        node = next(iter(nodes(1, gpus=1, replicas=2).nodes))
+        run_operator(*under_agent(f"{KERNEL_CACHE_DIR}/prover"), "--prover-image",
+                     images.prover, "--prover-kernel-cache-host-path", str(folder))
+        apply_job(cluster, namespace, proofjob("contained", partitions=2))
+        job = wait_job(cluster, namespace, "contained", "Succeeded", timeout=300)
+    finally:
+        shutil.rmtree(folder)
+    uid = job["metadata"]["uid"]
+    assert {p["index"]: p["commitment"] for p in job["status"]["partitions"]} == {
+        i: c_commitment(uid, i) for i in range(2)}
+    for pod in cluster.core.list_namespaced_pod(namespace).items:
+        (container,) = pod.status.container_statuses
+        assert (container.container_id or "").startswith("podman://"), pod.metadata.name
+    _no_finalizers_left(cluster, namespace)
+    # The agents wrote the lanes with the pods' own in-cluster credentials.
+    final = _worker(cluster, node)
+    assert (final["state"], final["completed"], final.get("lanes")) == ("idle", 2, [])
 
 
 def _worker(cluster: Cluster, node: str) -> dict[str, Any]:
