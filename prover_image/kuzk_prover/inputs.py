@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk import api
-from kuzk_prover.synthesis import derive_seed
 
 # One table of proof kinds for operator and prover: kuzk.api.
 PROOF_KINDS = tuple(api.PROOF_KINDS)
@@ -45,6 +44,10 @@ class ProofInput:
 
     def seed(self) -> bytes:
         """The witness seed of this partition."""
+        # Imported here, not at the top: this module's reading of the pod contract serves
+        # the lane agent (``kuzk_prover.lane_agent``) too, which must run without NumPy.
+        from kuzk_prover.synthesis import derive_seed
+
         return derive_seed(
             self.proof_kind, self.miner, self.sector, self.randomness, self.partition
         )

@@ -208,16 +208,20 @@ class ProverReporter:
         """Hold the GPU's phase for the block: acquire it (waiting on a watch of the
         WorkerStatus while another lane holds it), then give it up. Best effort like every
         write: without a lane, or when the API stays unreachable, the block runs anyway."""
-        held = self._acquire()
+        held = self.acquire() is Acquired.GRANTED
         try:
             yield
         finally:
             if held:
-                self._release_gpu()
+                self.release_gpu()
 
-    def _acquire(self) -> bool:
+    def acquire(self) -> Acquired | None:
+        """Hold the GPU's phase, waiting on a watch while another lane holds it (up to
+        ``gpu_wait``): GRANTED, WAITING (still held by another when the wait ran out), GONE
+        (the lane was removed), or None when there is no lane to write (never joined, or
+        quiet) or the writes kept failing."""
         if self._quiet.is_set() or self.worker_id is None:
-            return False
+            return None
         started = time.monotonic()
         result = self._best_effort(
             "acquire",
@@ -226,14 +230,13 @@ class ProverReporter:
             "proving on without it",
         )
         if result is None:
-            return False
+            return None
         with self._lock:
             self._last_write = time.monotonic()
         waited = time.monotonic() - started
         if result is Acquired.GRANTED:
             log.info("holds the GPU phase of worker %s (waited %.2f s)", self.worker_id, waited)
-            return True
-        if result is Acquired.GONE:
+        elif result is Acquired.GONE:
             self._lost_lane()
         else:
             log.warning(
@@ -241,9 +244,10 @@ class ProverReporter:
                 self.worker_id,
                 waited,
             )
-        return False
+        return result
 
-    def _release_gpu(self) -> None:
+    def release_gpu(self) -> None:
+        """Give up the GPU's phase this lane holds (best effort, like every write)."""
         given = self._best_effort(
             "GPU release",
             lambda: release_gpu(self.api, self.node, self.assignment),

@@ -1,0 +1,278 @@
+"""The lane agent, ``kuzk-lane run [--calls] -- CMD ARGS...``: the partition pod's entrypoint for
+a prover that is not kuzk's own (any language, no Kubernetes client in it).
+
+It reads the pod contract's env (``inputs.from_env``, the built-in prover's one parse), joins
+the pod's GPU lane through ``reporter.ProverReporter`` (the built-in prover's lane, with its
+retries through API outages and its wait on a watch for the GPU phase), serves the line
+protocol of ``lane_protocol`` on ``KUZK_LANE_SOCKET``, and starts CMD with that variable set.
+When CMD exits it writes the termination message (the result CMD handed it, else one line on
+how CMD ended), leaves the lane (which frees the GPU phase if CMD still held it), and exits
+with the pod contract's code: 0 done, 2 invalid input, anything else a failure.
+
+Without ``--calls`` CMD is taken to make no calls: the agent holds the GPU phase for CMD's
+whole run, so the screen shows the GPU busy while it may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socketserver
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import cast
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+from urllib3.exceptions import HTTPError
+
+from kuzk import logs
+from kuzk.observe import parse_result
+from kuzk.workers import Acquired, WorkerStatusMissing, WorkerWriteConflict
+from kuzk_prover import inputs
+from kuzk_prover.inputs import InputError, PodIdentity
+from kuzk_prover.lane_protocol import (
+    ACQUIRE,
+    MAX_LINE,
+    RESULT,
+    SOCKET_ENV,
+    STAGE,
+    Call,
+    CallRefused,
+    address,
+    ok,
+    parse_call,
+    refused,
+)
+from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter
+from kuzk_prover.termination import MAX_BYTES, brief, message_path, one_line, write_message
+
+log = logging.getLogger("kuzk_prover.lane")
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_NOT_STARTED, EXIT_TERMINATED = 0, 1, 2, 127, 143
+# How long a new pod waits for the operator to create its node's WorkerStatus.
+JOIN_WAIT_S = 10.0
+_WHOLE_RUN = (
+    "this lane holds the GPU phase for the prover's whole run; a prover that makes lane calls"
+    " runs under `kuzk-lane run --calls -- CMD`"
+)
+
+
+class LaneAgent:
+    """What the prover's calls do to its lane, one call at a time. ``reporter`` is None
+    outside a partition pod: calls are checked the same, and nothing is written."""
+
+    def __init__(self, reporter: ProverReporter | None, *, calls: bool) -> None:
+        self.reporter, self.calls = reporter, calls
+        self.holding = False
+        self.result: str | None = None
+        self._lock = threading.Lock()
+
+    def handle(self, line: str) -> str:
+        """The reply to one protocol line: ``ok`` once the call is done, or ``error`` and
+        what was wrong, having written nothing."""
+        try:
+            call = parse_call(line)
+            with self._lock:
+                return ok(self._apply(call))
+        except CallRefused as error:
+            log.warning("refused the prover's call %r: %s", one_line(line, 80), error)
+            return refused(str(error))
+
+    def _apply(self, call: Call) -> str:
+        if call.verb == RESULT:
+            self.result = contract_result(call.argument)
+            return ""
+        name = f"{call.verb} {call.argument}".strip()
+        if not self.calls:
+            msg = f"{name}: {_WHOLE_RUN}"
+            raise CallRefused(msg)
+        if call.verb == STAGE and call.argument != "committing":
+            if self.holding:
+                msg = f"{name}: this lane holds the GPU phase; release-gpu first"
+                raise CallRefused(msg)
+            if self.reporter is not None:
+                self.reporter.on_stage(call.argument)
+            return ""
+        if call.verb == ACQUIRE:
+            if self.holding:
+                msg = "acquire: this lane already holds the GPU phase"
+                raise CallRefused(msg)
+            return self.acquire()
+        # release-gpu, or stage committing: the GPU phase is over.
+        if not self.holding:
+            msg = f"{name}: this lane does not hold the GPU phase"
+            raise CallRefused(msg)
+        self.holding = False
+        if self.reporter is not None:
+            self.reporter.release_gpu()
+        return ""
+
+    def acquire(self) -> str:
+        """Hold the GPU phase (waiting for it); CallRefused saying why it is not held."""
+        if self.reporter is None:
+            self.holding = True
+            return "not in a partition pod: no lane to share"
+        got = self.reporter.acquire()
+        if got is Acquired.GRANTED:
+            self.holding = True
+            return ""
+        worker = self.reporter.worker_id
+        if got is Acquired.WAITING:
+            msg = (f"acquire: another lane held the GPU phase of worker {worker} for"
+                   f" {self.reporter.gpu_wait:.0f} s")
+        elif got is Acquired.GONE:
+            msg = (f"acquire: this lane was removed from worker {worker} (the operator's"
+                   " release or sweep)")
+        else:
+            msg = (f"acquire: no lane to hold the GPU phase with on {self.reporter.node} (it"
+                   f" never joined, or the API server stayed unreachable for"
+                   f" {self.reporter.outage_budget:.0f} s)")
+        raise CallRefused(msg)
+
+
+def contract_result(text: str) -> str:
+    """``text`` as the pod contract's result JSON (the operator's own reading,
+    ``kuzk.observe.parse_result``), compacted; CallRefused saying what is wrong."""
+    try:
+        parse_result(text)
+    except ValueError as error:
+        msg = f"result: {error}"
+        raise CallRefused(msg) from None
+    compact = json.dumps(json.loads(text), separators=(",", ":"), sort_keys=True)
+    if len(compact.encode()) >= MAX_BYTES:
+        msg = f"result: {len(compact.encode())} bytes, the termination message holds {MAX_BYTES}"
+        raise CallRefused(msg)
+    return compact
+
+
+def settle(returncode: int, result: str | None, own_message: bool) -> tuple[int, str | None]:
+    """The agent's exit code and the termination message it writes (None: it writes none),
+    from how CMD ended, the result CMD handed over, and whether CMD wrote a message itself."""
+    if returncode == EXIT_OK:
+        if result is not None:
+            return EXIT_OK, result
+        if own_message:
+            return EXIT_OK, None
+        return EXIT_FAILED, "the prover exited 0 without a result (kuzk-lane result FILE)"
+    if returncode < 0:
+        reason = f"the prover was killed by {signal.Signals(-returncode).name}"
+        return EXIT_FAILED, None if own_message else reason
+    if returncode == EXIT_INVALID:
+        return EXIT_INVALID, None if own_message else "invalid input: the prover exited 2"
+    return returncode, None if own_message else f"the prover exited {returncode}"
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        agent = cast(LaneServer, self.server).agent
+        while line := self.rfile.readline(MAX_LINE):
+            self.wfile.write((agent.handle(line.decode(errors="replace")) + "\n").encode())
+
+
+class LaneServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The agent's socket: one thread per connection, each line one call to ``agent``."""
+
+    daemon_threads = True
+
+    def __init__(self, name: str, agent: LaneAgent) -> None:
+        self.agent = agent
+        super().__init__(address(name), _Handler)
+
+
+def _reporter(pod: PodIdentity, env: Mapping[str, str]) -> ProverReporter | None:
+    """The pod's lane; None outside a partition pod."""
+    if not pod.pod_uid or not pod.node:
+        return None
+    try:
+        return ProverReporter.for_pod(pod, environ=env, outage_budget=OUTAGE_BUDGET_S)
+    except (ValueError, ConfigException, OSError) as exc:
+        log.warning("not reporting the GPU worker's status: %s", brief(exc))
+        return None
+
+
+def _join(reporter: ProverReporter) -> None:
+    """Join the GPU's lanes; best effort, as for the built-in prover."""
+    try:
+        worker = reporter.join(wait_s=JOIN_WAIT_S)
+    except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError, OSError) as exc:
+        log.warning("could not join the GPU's lanes on %s (%s): running without worker status",
+                    reporter.node, brief(exc))
+        return
+    log.info("joined the lanes of worker %s on %s", worker, reporter.node)
+
+
+def _write(path: Path, text: str) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        write_message(path, text)
+    except OSError as exc:
+        log.error("could not write the termination message to %s: %s", path, exc)
+
+
+def _has_message(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None) -> int:
+    """Run ``command`` as the pod's prover on its lane; the pod contract's exit code."""
+    env = dict(os.environ if env is None else env)
+    log_format = env.get("KUZK_LOG_FORMAT") or "text"
+    logs.configure(log_format if log_format in logs.FORMATS else "text")
+    path = message_path(env)
+    try:
+        pod = inputs.from_env(env).identity
+    except InputError as exc:
+        line = one_line(f"invalid input: {exc}")
+        log.error("%s", line)
+        _write(path, line + "\n")
+        return EXIT_INVALID
+    logs.set_context(job=f"{pod.namespace}/{pod.job}", partition=pod.partition,
+                     pod=pod.pod_name or None)
+    reporter = _reporter(pod, env)
+    if reporter is not None:
+        _join(reporter)
+    agent = LaneAgent(reporter, calls=calls)
+    name = f"@kuzk-lane-{pod.pod_uid or 'local'}-{os.getpid()}"
+    server = LaneServer(name, agent)
+    threading.Thread(target=server.serve_forever, name="kuzk-lane", daemon=True).start()
+    if not calls and reporter is not None and reporter.acquire() is Acquired.GRANTED:
+        agent.holding = True
+    terminated = threading.Event()
+    note: str | None = None
+    try:
+        child = subprocess.Popen(command, env={**env, SOCKET_ENV: name})
+    except OSError as exc:
+        returncode, note = EXIT_NOT_STARTED, f"cannot start the prover {command[0]!r}: {brief(exc)}"
+    else:
+        def forward(signum: int, frame: FrameType | None) -> None:
+            terminated.set()
+            child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        returncode = child.wait()
+        log.info("the prover exited with %d", returncode)
+    server.shutdown()
+    server.server_close()
+    if terminated.is_set():
+        code, message = EXIT_TERMINATED, None
+        log.warning("SIGTERM: the prover was stopped before finishing; no result written")
+    elif note is not None:
+        code, message = returncode, note
+    else:
+        code, message = settle(returncode, agent.result, _has_message(path))
+    if message is not None:
+        log.log(logging.INFO if code == EXIT_OK else logging.ERROR, "%s",
+                "result written" if code == EXIT_OK else message)
+        _write(path, message)
+    if reporter is not None:
+        reporter.release("succeeded" if code == EXIT_OK else "failed")
+    return code
