@@ -4,7 +4,9 @@ WorkerStatus counted into the ledger, so after the restart every counter carries
 where it was: no sample goes down (``resets()`` is 0), ``increase()`` over a window in which
 nothing finished is 0, and what finishes after the restart counts. (The old rule rebuilt the
 counters from the objects left and went 2 -> 1, which Prometheus read as a reset followed by
-one new partition.)"""
+one new partition.) The GPU-time counters are kept by the WorkerStatuses' own writes
+(``gpuTime``), so they carry on across the restart too: no reset, no busy time in the quiet
+window, and per GPU busy plus idle grows as the wall clock does."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -29,7 +32,9 @@ STALE = "sum(kuzk_stale_worker_writes_rejected_total)"
 # every counter that counts what the fleet finished
 COUNTERS = ("kuzk_partitions_completed_total", "kuzk_partitions_failed_total",
             "kuzk_stale_worker_writes_rejected_total", "kuzk_partition_duration_seconds_count",
-            "kuzk_partition_duration_seconds_sum")
+            "kuzk_partition_duration_seconds_sum", "kuzk_gpu_busy_seconds_total",
+            "kuzk_gpu_idle_seconds_total")
+GPU = ("node", "worker", "gpu_uuid")
 
 
 
@@ -58,9 +63,10 @@ def _uid(obj: dict[str, Any] | None) -> str:
 def test_counters_carry_on_across_deletions_and_a_restart(
         cluster: Cluster, namespace: str, nodes, operator, tmp_path: Path) -> None:
     custom = client.CustomObjectsApi(cluster.api)
-    nodes(1, gpus=2)
+    kubelet = nodes(1, gpus=2)
     book = f"{namespace}/kuzk-ledger"
-    operator("--ledger", book)
+    # The real prover: its lanes hold the GPU phase, so its GPUs have busy time to keep.
+    operator("--ledger", book, real_prover=True)
     port = free_port()
     cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
                       "evaluation_interval": "1s"},
@@ -102,9 +108,20 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             window = int(time.time() - quiet_from) + 1
             for counter in COUNTERS:
                 assert prom.value(f"sum(resets({counter}[{window}s]))") == 0, counter
-            for counter in COUNTERS[:2]:
+            for counter in (*COUNTERS[:2], "kuzk_gpu_busy_seconds_total"):
                 assert prom.value(f"sum(increase({counter}[{window}s]))") == 0, counter
             assert prom.value(COMPLETED) == 3
+            (node_name,) = kubelet.nodes
+            by_gpu = ",".join(GPU)
+            mine = f'{{node="{node_name}"}}'
+            span = window - 1  # the whole seconds of the window Prometheus can see
+            walls = prom.query(
+                f"sum by ({by_gpu}) (increase(kuzk_gpu_busy_seconds_total{mine}[{span}s]))"
+                f" + sum by ({by_gpu}) (increase(kuzk_gpu_idle_seconds_total{mine}[{span}s]))")
+            assert 1 <= len(walls) <= 2, walls  # the GPUs whose lanes proved a, b
+            for sample in walls:
+                grew = float(sample["value"][1])
+                assert grew == pytest.approx(span, rel=0.03), (sample["metric"], grew, span)
             assert (prom.value(STALE) or 0) >= 3
 
             apply_job(cluster, namespace, proofjob("c", partitions=2, circuitLog2=10))
