@@ -292,6 +292,11 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     assert seen.problems == []
     assert seen.jobs_compared >= 20, seen
     assert seen.gpu_shown >= 10, seen
+    # The job's own status (kubectl get pj -o yaml, the demo's line) never has more
+    # partitions in gpu than the fleet has GPUs: a committing lane is not on one.
+    most = max(sum(q["state"] == "gpu" for q in (obj.get("status") or {}).get("partitions") or [])
+               for history in jobs.seen.values() for _, obj in history)
+    assert 1 <= most <= 4, most
     # Every partition's lane committed after giving the GPU up, as the WorkerStatuses say; a
     # commitment at 2^18 takes milliseconds, and /status (rendered at most once a second
     # under load) shows most of them.
