@@ -65,9 +65,6 @@ class Snapshot:
     counts: Tally
     gpu_seconds: Mapping[GpuKey, Mapping[str, float]] = field(default_factory=dict)
 
-    def lanes(self) -> dict[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]:
-        return lane_index(self.worker_nodes)
-
 
 def lane_index(worker_nodes: Iterable[WorkerNode]
                ) -> dict[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]:
@@ -348,7 +345,7 @@ def render(snap: Snapshot, *, now: float, sync: Sync, keep_finished: float,
     admitted = sorted((j for j in snap.jobs if filters.admits(j.namespace, j.proof_kind)),
                       key=job_order)
     gpu_rows = workers(snap, now)
-    lanes = snap.lanes()
+    lanes = lane_index(snap.worker_nodes)
     return {
         "uptime_secs": _secs(now - snap.history.started),
         "generated_at": round(now, 3),
