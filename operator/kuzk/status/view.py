@@ -116,7 +116,9 @@ class StatusView:
         self._pending_jobs = 0
         self._scheduled: dict[str, set[Bound]] = {}
         self._counts: tuple[int, Tally] = (-1, Tally())
-        self._gpu_shown: dict[GpuKey, dict[str, float]] = {}
+        # GPU time shown, and the GPUs' model names, by (node, worker, UUID)
+        self._gpu_shown: dict[tuple[str, str, str], dict[str, float]] = {}
+        self._gpu_names: dict[tuple[str, str, str], str] = {}
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -216,20 +218,26 @@ class StatusView:
         of a deleted one; never less than this server has shown, as a write closes a mode at
         its writer's time, which the watch brings a moment after this server counted on."""
         book = next(iter(self.ledgers.values()), Ledger())
-        totals = {gpu: Counter(seconds) for gpu, seconds in book.tally.gpu_seconds.items()}
+        # A GPU is its node, worker and UUID; its model name (a label too) is the newest known,
+        # so a name learnt later does not start a second series.
+        totals: dict[tuple[str, str, str], Counter[str]] = {}
+        for (node, worker, uuid, name), seconds in book.tally.gpu_seconds.items():
+            totals.setdefault((node, worker, uuid), Counter()).update(seconds)
+            self._gpu_names.setdefault((node, worker, uuid), name)
         moment = datetime.fromtimestamp(now, UTC)
         for wn in self.worker_nodes.values():
             if wn.uid in book.folded:
                 continue
             for w in wn.workers:
-                gpu = ledger.gpu_key(wn.node, w)
+                gpu = (wn.node, w.id, w.gpu.uuid)
                 totals.setdefault(gpu, Counter()).update(dict(w.accounted(moment).seconds))
-        shown = {gpu: {mode: max(totals.get(gpu, Counter())[mode],
-                                 self._gpu_shown.get(gpu, {}).get(mode, 0.0))
-                       for mode in GPU_TIME_MODES}
-                 for gpu in totals.keys() | self._gpu_shown.keys()}
-        self._gpu_shown = shown
-        return shown
+                self._gpu_names[gpu] = w.gpu.name
+        self._gpu_shown = {gpu: {mode: max(totals.get(gpu, Counter())[mode],
+                                           self._gpu_shown.get(gpu, {}).get(mode, 0.0))
+                                 for mode in GPU_TIME_MODES}
+                           for gpu in totals.keys() | self._gpu_shown.keys()}
+        return {(*gpu, self._gpu_names.get(gpu, "")): seconds
+                for gpu, seconds in self._gpu_shown.items()}
 
     def settle(self, now: float) -> None:
         """Bring every GPU's mode up to ``now``: a lane's heartbeat ages without an event."""

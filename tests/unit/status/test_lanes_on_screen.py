@@ -145,3 +145,17 @@ def test_a_deleted_workerstatus_s_gpu_time_stays_counted(clock: Clock, view: Sta
     view.listed("workerstatuses", [])
     clock.now = T0 + 100
     assert busy() == {"GPU-1": 40.0}
+
+
+def test_a_gpu_s_name_learnt_later_continues_its_series(clock: Clock, view: StatusView,
+                                                       feed: Feed) -> None:
+    nameless = replace(worker("W0", uuid="GPU-1"), gpu_time=accounted(40.0, 60.0, T0))
+    feed(workerstatuses=[workerstatus("n", nameless)])
+    named = replace(nameless, gpu=replace(nameless.gpu, name="NVIDIA H200"),
+                    gpu_time=accounted(40.0, 61.0, T0 + 1))
+    clock.now = T0 + 1
+    feed(workerstatuses=[workerstatus("n", named)])
+    text = generate_latest(metrics.registry(view)).decode()
+    busy = [(s.labels["modelName"], s.value) for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "kuzk_gpu_busy_seconds_total"]
+    assert busy == [("NVIDIA H200", 40.0)]
