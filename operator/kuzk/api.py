@@ -46,20 +46,22 @@ PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED, PHASE_SUSPENDED = (
 PHASES = (PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED, PHASE_SUSPENDED)
 FINISHED_PHASES = (PHASE_SUCCEEDED, PHASE_FAILED)
 # A partition's ``state`` in the job's status, in the order a partition moves through it; the
-# three middle ones are also the ``stage`` a prover reports for its worker.
-PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED = (
+# four middle ones are also the ``stage`` of its lane on its GPU. ``committing`` is the CPU
+# work after the GPU phase: a partition is shown ``gpu`` only while its lane holds the GPU.
+PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING, DONE, FAILED = (
     "pending",
     "scheduled",
     "synthesizing",
     "synth_done",
     "gpu",
+    "committing",
     "done",
     "failed",
 )
-STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, DONE, FAILED)
-STARTED_STATES = (SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU)
+STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING, DONE, FAILED)
+STARTED_STATES = (SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING)
 TERMINAL_STATES = (DONE, FAILED)
-WORKER_STAGES = (SYNTHESIZING, SYNTH_DONE, GPU)
+WORKER_STAGES = (SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING)
 # How a worker's pod ended, as its release records it ("lost": the sweep found it gone).
 WorkerOutcome = Literal["succeeded", "failed", "disrupted", "lost"]
 

@@ -31,6 +31,11 @@ def integer(description: str, **extra: Any) -> dict[str, Any]:
     return {"type": "integer", "format": "int64", "description": description, **extra}
 
 
+def number(description: str, **extra: Any) -> dict[str, Any]:
+    """A floating-point field."""
+    return {"type": "number", "format": "double", "description": description, **extra}
+
+
 def boolean(description: str) -> dict[str, Any]:
     """A boolean field."""
     return {"type": "boolean", "description": description}

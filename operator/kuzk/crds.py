@@ -25,6 +25,7 @@ from kuzk.crd_schema import (
     condition_list,
     immutable_once_set,
     integer,
+    number,
     obj,
     quantity_map,
     rule,
@@ -158,8 +159,9 @@ def _proofjob_status() -> dict[str, Any]:
         {
             "index": integer("Partition index, from 0.", minimum=0),
             "state": string(
-                "pending (no pod, or not scheduled), scheduled, synthesizing, synth_done, gpu,"
-                " done or failed.",
+                "pending (no pod, or not scheduled), scheduled, synthesizing, synth_done, gpu"
+                " (its lane holds its GPU's GPU phase), committing (the CPU work after the GPU"
+                " phase, the GPU given up), done or failed.",
                 enum=list(STATES),
             ),
             "attempt": integer(
@@ -309,6 +311,16 @@ def _workerstatus_status() -> dict[str, Any]:
                 "When the lane asked for the GPU phase; set while it waits for it. Waiting"
                 " lanes get it by priority, then by readyAt."
             ),
+            "hostMemoryBytes": integer(
+                "Resident host memory of the lane's prover when it last wrote (a stage, the"
+                " GPU phase, a heartbeat): a lane waiting for the GPU keeps its witness here.",
+                minimum=0,
+            ),
+            "deviceMemoryBytes": integer(
+                "Device memory the lane's prover held when it last wrote (CuPy's memory pool);"
+                " 0 without a device.",
+                minimum=0,
+            ),
         },
         required=["pod", "stage"],
     )
@@ -350,6 +362,26 @@ def _workerstatus_status() -> dict[str, Any]:
             ),
             "since": timestamp("When the worker entered its current state."),
             "completed": integer("Partitions this GPU finished.", minimum=0),
+            "gpuTime": obj(
+                "The GPU's seconds by mode since the worker was added, up to accountedAt."
+                " Every write adds the time since accountedAt to the mode the GPU was in, so"
+                " the counts survive any reader's restart.",
+                {
+                    "busySeconds": number("Seconds a lane held the GPU phase.", minimum=0),
+                    "cpuSeconds": number(
+                        "Idle seconds with lanes, none holding the GPU phase (start-up,"
+                        " synthesis, waiting, commitment: CPU work).",
+                        minimum=0,
+                    ),
+                    "unknownSeconds": number(
+                        "Idle seconds with lanes whose heartbeats had all stopped (30 s).",
+                        minimum=0,
+                    ),
+                    "noLaneSeconds": number("Idle seconds without lanes.", minimum=0),
+                    "accountedAt": timestamp("Up to when the seconds are counted."),
+                },
+                required=["accountedAt"],
+            ),
         },
         required=["id", "state"],
     )

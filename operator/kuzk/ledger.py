@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kuzk import api
+from kuzk import api, workerstatus
 
 DATA_KEY = "ledger.json"
 SCHEMA = 1
@@ -40,6 +40,12 @@ QUEUE_STAGE = "queue"
 
 # (namespace, proof kind) for partition counts; (proof kind, stage) for durations
 KindKey = tuple[str, str]
+# A GPU as its series name it: (node, worker ID, GPU UUID, GPU model name)
+GpuKey = tuple[str, str, str, str]
+
+
+def gpu_key(node: str, worker: workerstatus.Worker) -> GpuKey:
+    return (node, worker.id, worker.gpu.uuid, worker.gpu.name)
 
 
 @dataclass
@@ -71,16 +77,19 @@ class Histogram:
 @dataclass
 class Tally:
     """What finished: partitions completed and failed by (namespace, proof kind), their
-    synthesis and GPU durations by (proof kind, stage), stale worker writes refused."""
+    synthesis and GPU durations by (proof kind, stage), stale worker writes refused, and the
+    GPU seconds of deleted WorkerStatuses by GPU and mode (``workerstatus.GPU_TIME_MODES``)."""
 
     completed: Counter[KindKey] = field(default_factory=Counter)
     failed: Counter[KindKey] = field(default_factory=Counter)
     durations: dict[KindKey, Histogram] = field(default_factory=dict)
     stale_writes_rejected: int = 0
+    gpu_seconds: dict[GpuKey, Counter[str]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.completed or self.failed or self.stale_writes_rejected)
+        return not (self.completed or self.failed or self.stale_writes_rejected
+                    or self.gpu_seconds)
 
     def add(self, other: Tally) -> None:
         self.completed.update(other.completed)
@@ -88,6 +97,8 @@ class Tally:
         for key, hist in other.durations.items():
             self.durations.setdefault(key, Histogram()).add(hist)
         self.stale_writes_rejected += other.stale_writes_rejected
+        for gpu, seconds in other.gpu_seconds.items():
+            self.gpu_seconds.setdefault(gpu, Counter()).update(seconds)
 
     def at_least(self, floor: Tally) -> Tally:
         """Every figure at least ``floor``'s: the counters a server shows never go down."""
@@ -97,6 +108,9 @@ class Tally:
         for key in self.durations.keys() | floor.durations.keys():
             out.durations[key] = self.durations.get(key, Histogram()).at_least(
                 floor.durations.get(key, Histogram()))
+        for gpu in self.gpu_seconds.keys() | floor.gpu_seconds.keys():
+            out.gpu_seconds[gpu] = (self.gpu_seconds.get(gpu, Counter())
+                                    | floor.gpu_seconds.get(gpu, Counter()))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +123,10 @@ class Tally:
                            "sum": hist.total, "count": hist.count}
                           for (kind, stage), hist in sorted(self.durations.items())],
             "staleWritesRejected": self.stale_writes_rejected,
+            "gpuSeconds": [{"node": node, "worker": worker, "gpuUUID": uuid, "gpuName": name,
+                            "seconds": dict(sorted(seconds.items()))}
+                           for (node, worker, uuid, name), seconds
+                           in sorted(self.gpu_seconds.items())],
         }
 
     @classmethod
@@ -118,6 +136,11 @@ class Tally:
             key = (str(row["namespace"]), str(row["proofKind"]))
             tally.completed[key] += int(row.get("completed") or 0)
             tally.failed[key] += int(row.get("failed") or 0)
+        for row in doc.get("gpuSeconds") or []:
+            gpu = (str(row["node"]), str(row["worker"]), str(row["gpuUUID"]),
+                   str(row.get("gpuName") or ""))
+            tally.gpu_seconds[gpu] = Counter({str(mode): float(value)
+                                              for mode, value in row["seconds"].items()})
         for row in doc.get("durations") or []:
             buckets = [int(n) for n in row["buckets"]]
             if len(buckets) != len(DURATION_BUCKETS):
@@ -180,9 +203,15 @@ def proofjob_tally(job: Mapping[str, Any]) -> Tally:
 
 
 def workerstatus_tally(worker_status: Mapping[str, Any]) -> Tally:
-    """What a WorkerStatus counts: the stale writes it refused."""
+    """What a WorkerStatus counts: the stale writes it refused, and its GPUs' seconds by
+    mode as its last write accounted them."""
     status = worker_status.get("status") or {}
-    return Tally(stale_writes_rejected=int(status.get("staleWritesRejected") or 0))
+    node = str((worker_status.get("spec") or {}).get("nodeName")
+               or (worker_status.get("metadata") or {}).get("name", ""))
+    model = workerstatus.parse(status)
+    return Tally(stale_writes_rejected=model.stale_writes_rejected,
+                 gpu_seconds={gpu_key(node, w): Counter(dict(w.gpu_time.seconds))
+                              for w in model.workers if w.gpu_time.accounted_at is not None})
 
 
 @dataclass

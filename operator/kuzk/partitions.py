@@ -15,7 +15,16 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from kuzk.actions import Event
-from kuzk.api import DONE, FAILED, PENDING, STATES, TERMINAL_STATES, parse_time
+from kuzk.api import (
+    COMMITTING,
+    DONE,
+    FAILED,
+    GPU,
+    PENDING,
+    STATES,
+    TERMINAL_STATES,
+    parse_time,
+)
 from kuzk.observe import Claim, Outcome, observe
 
 # Why a partition's attempt ended early (``reason`` in its status entry).
@@ -174,7 +183,10 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
     if outcome.kind == "live":
         # No event: a partition's start is in its status and in its pod's own events.
         # Events are API writes, spent on what a reader must not miss (issue 12's budget).
-        part.state = max(part.state, outcome.state, key=STATES.index)
+        state = max(part.state, outcome.state, key=STATES.index)
+        # A partition its lane no longer shows in the GPU phase (the lane gave it up, or left
+        # before its pod ended) is past it: in gpu only while it holds the GPU.
+        part.state = COMMITTING if state == GPU and outcome.state != GPU else state
         return []
     if outcome.kind == "done":
         part.state, part.commitment = DONE, outcome.commitment

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from kubernetes import client, watch
@@ -60,6 +61,7 @@ from kuzk.workerstatus import (
     JobRef,
     Lane,
     LaneStage,
+    Memory,
     PodRef,
     Worker,
     WorkerStatusModel,
@@ -92,6 +94,7 @@ __all__ = [
     "Acquired",
     "Assignment",
     "Gpu",
+    "Memory",
     "PodRef",
     "Released",
     "WorkerStatusMissing",
@@ -187,13 +190,15 @@ def _write(
     model: WorkerStatusModel, old: WorkerStatusModel, now: datetime, stale: int = 0
 ) -> dict[str, Any]:
     """The stored status of ``model``; a worker whose state changed since ``old`` gets
-    ``since`` = now."""
+    ``since`` = now. Every worker's GPU time is accounted up to now by the mode it was in
+    ``old`` (a new worker starts counting now): the write that changes a GPU's mode closes
+    the time it spent in the previous one."""
     workers = []
     for worker in model.workers:
         before = old.worker(worker.id)
         if before is None or before.state != worker.state or worker.since is None:
             worker = replace(worker, since=now)
-        workers.append(worker)
+        workers.append(replace(worker, gpu_time=(before or worker).accounted(now)))
     changed = replace(
         model,
         workers=tuple(workers),
@@ -219,7 +224,8 @@ def _lane_of(model: WorkerStatusModel, uid: str) -> tuple[Worker, Lane] | None:
 
 
 def decide_join(
-    status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime
+    status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime,
+    memory: Memory | None = None,
 ) -> WriteDecision[str]:
     """Add ``assignment``'s lane (stage ``starting``) to the worker of ``gpu``, adding the
     worker if it is new; return the worker's ID. Joining twice writes nothing."""
@@ -242,6 +248,7 @@ def decide_join(
         stage=LaneStage.STARTING,
         since=now,
         heartbeat=now,
+        memory=memory,
     )
     worker = worker.with_lane(lane)
     return WriteDecision(_write(model.with_worker(worker), model, now), worker.id)
@@ -251,7 +258,8 @@ _REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 
 
 def decide_stage(
-    status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime
+    status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime,
+    memory: Memory | None = None,
 ) -> WriteDecision[bool]:
     """Move ``assignment``'s lane forward to ``stage`` (synthesizing or synth_done: the GPU
     phase and the commitment are set by ``acquire`` and ``release_gpu``); stale if the lane is
@@ -270,12 +278,13 @@ def decide_stage(
         # A late or repeated report: a lane's stage only moves forward (a lane in its GPU
         # phase stays in stage gpu while it holds it).
         return WriteDecision(None, True)
-    lane = replace(lane, stage=LaneStage(stage), since=now, heartbeat=now)
+    lane = replace(lane, stage=LaneStage(stage), since=now, heartbeat=now).measured(memory)
     return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
 
 
 def decide_heartbeat(
-    status: Mapping[str, Any], assignment: Assignment, now: datetime
+    status: Mapping[str, Any], assignment: Assignment, now: datetime,
+    memory: Memory | None = None,
 ) -> WriteDecision[bool]:
     """Refresh the heartbeat of ``assignment``'s lane; stale if the lane is gone."""
     model = parse(status, now)
@@ -283,12 +292,13 @@ def decide_heartbeat(
     if found is None:
         return _refuse(model, "heartbeat", assignment, now)
     worker, lane = found
-    lane = replace(lane, heartbeat=now)
+    lane = replace(lane, heartbeat=now).measured(memory)
     return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
 
 
 def decide_acquire(
-    status: Mapping[str, Any], assignment: Assignment, now: datetime
+    status: Mapping[str, Any], assignment: Assignment, now: datetime,
+    memory: Memory | None = None,
 ) -> WriteDecision[Acquired]:
     """Make ``assignment``'s lane the holder of its GPU's phase if no lane holds it and no
     waiting lane comes before it; else mark it ready (``readyAt``) and let it wait."""
@@ -301,11 +311,12 @@ def decide_acquire(
     if worker.holder is not None and worker.holder.pod.uid == lane.pod.uid:
         return WriteDecision(None, Acquired.GRANTED)
     if lane.ready_at is None:
-        lane = replace(lane, ready_at=now, heartbeat=now)
+        lane = replace(lane, ready_at=now, heartbeat=now).measured(memory)
         worker = worker.with_lane(lane)
     queue = worker.queue()
     if worker.holder is None and queue and queue[0].pod.uid == lane.pod.uid:
-        lane = replace(lane, stage=LaneStage.GPU, since=now, heartbeat=now, ready_at=None)
+        lane = replace(lane, stage=LaneStage.GPU, since=now, heartbeat=now,
+                       ready_at=None).measured(memory)
         worker = replace(worker.with_lane(lane), holder=Holder(lane.pod, now))
         return WriteDecision(_write(model.with_worker(worker), model, now), Acquired.GRANTED)
     if worker == found[0]:
@@ -314,7 +325,8 @@ def decide_acquire(
 
 
 def decide_release_gpu(
-    status: Mapping[str, Any], assignment: Assignment, now: datetime
+    status: Mapping[str, Any], assignment: Assignment, now: datetime,
+    memory: Memory | None = None,
 ) -> WriteDecision[bool]:
     """Give up the GPU phase ``assignment``'s lane holds; the lane goes on committing. Stale
     when the lane does not hold it (another lane does since, or the lane is gone)."""
@@ -323,7 +335,7 @@ def decide_release_gpu(
     if found is None or found[0].holder is None or found[0].holder.pod.uid != assignment.pod_uid:
         return _refuse(model, "GPU release", assignment, now)
     worker, lane = found
-    lane = replace(lane, stage=LaneStage.COMMITTING, since=now, heartbeat=now)
+    lane = replace(lane, stage=LaneStage.COMMITTING, since=now, heartbeat=now).measured(memory)
     worker = replace(worker.with_lane(lane), holder=None)
     return WriteDecision(_write(model.with_worker(worker), model, now), True)
 
@@ -463,30 +475,35 @@ def guarded_write(
 
 
 def join(
-    api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM
+    api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM,
+    memory: Memory | None = None,
 ) -> str:
     """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``; return the worker ID.
+    ``memory`` (here and in the other lane writes): what the lane's prover holds now.
 
     Raises WorkerStatusMissing when the node's WorkerStatus does not exist yet."""
-    return guarded_write(api, node, lambda s: decide_join(s, gpu, assignment, clock.now()),
-                         clock=clock)
+    return guarded_write(
+        api, node, lambda s: decide_join(s, gpu, assignment, clock.now(), memory), clock=clock)
 
 
 def stage(
-    api: client.ApiClient, node: str, assignment: Assignment, stage: str, *, clock: Clock = SYSTEM
+    api: client.ApiClient, node: str, assignment: Assignment, stage: str, *, clock: Clock = SYSTEM,
+    memory: Memory | None = None,
 ) -> bool:
     """Set the stage of ``assignment``'s lane; False when the write is stale."""
-    return guarded_write(api, node, lambda s: decide_stage(s, assignment, stage, clock.now()),
-                         clock=clock)
+    return guarded_write(
+        api, node, lambda s: decide_stage(s, assignment, stage, clock.now(), memory),
+        clock=clock)
 
 
 def heartbeat(
-    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM
+    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM,
+    memory: Memory | None = None,
 ) -> bool:
     """Refresh the heartbeat of ``assignment``'s lane; False when stale. Callers keep to one
     every HEARTBEAT_INTERVAL_S (kuzk_prover.reporter.ProverReporter does)."""
-    return guarded_write(api, node, lambda s: decide_heartbeat(s, assignment, clock.now()),
-                         clock=clock)
+    return guarded_write(
+        api, node, lambda s: decide_heartbeat(s, assignment, clock.now(), memory), clock=clock)
 
 
 def wait_for_change(
@@ -524,6 +541,12 @@ def wait_for_change(
         stream.stop()  # type: ignore[no-untyped-call]
 
 
+def _decide_acquire_now(
+    status: Mapping[str, Any], *, assignment: Assignment, clock: Clock, memory: Memory | None
+) -> WriteDecision[Acquired]:
+    return decide_acquire(status, assignment, clock.now(), memory)
+
+
 def acquire(
     api: client.ApiClient,
     node: str,
@@ -532,16 +555,18 @@ def acquire(
     wait_s: float | None = None,
     watch_s: float = ACQUIRE_WATCH_S,
     clock: Clock = SYSTEM,
+    memory: Callable[[], Memory | None] = lambda: None,
 ) -> Acquired:
     """Hold the GPU phase of ``assignment``'s lane: granted at once if the GPU is free and no
     waiting lane comes first, else wait on a watch of the WorkerStatus and ask again when it
     changes. Returns GRANTED, GONE (the lane was removed: stale), or WAITING once ``wait_s``
-    has passed (None: no limit)."""
+    has passed (None: no limit). ``memory`` is asked before each try."""
     deadline = None if wait_s is None else clock.monotonic() + wait_s
     while True:
         result, version = _guarded(
-            api, node, lambda s: decide_acquire(s, assignment, clock.now()), CONFLICT_BUDGET_S,
-            clock,
+            api, node, partial(_decide_acquire_now, assignment=assignment, clock=clock,
+                               memory=memory()),
+            CONFLICT_BUDGET_S, clock,
         )
         if result is not Acquired.WAITING:
             return result
@@ -558,11 +583,13 @@ def acquire(
 
 
 def release_gpu(
-    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM
+    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM,
+    memory: Memory | None = None,
 ) -> bool:
     """Give up the GPU phase ``assignment``'s lane holds; False when the write is stale."""
-    return guarded_write(api, node, lambda s: decide_release_gpu(s, assignment, clock.now()),
-                         clock=clock)
+    return guarded_write(
+        api, node, lambda s: decide_release_gpu(s, assignment, clock.now(), memory),
+        clock=clock)
 
 
 def claim(

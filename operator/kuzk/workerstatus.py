@@ -10,6 +10,12 @@ form (camelCase, the CRD's schema); everything else in kuzk reads it through ``p
 A worker's state follows from its lanes: ``gpu`` while a lane holds the GPU phase (the only
 state counted as busy), ``waiting`` while lanes exist but none holds it (idle for a CPU
 reason), ``idle`` with no lanes.
+
+Two kinds of figures ride on the writes lanes make anyway, so reading them costs no write:
+each lane's memory at its last write (``Memory``: the prover's resident host memory and the
+device memory it holds), and each GPU's time (``GpuTime``): every write adds the seconds since
+the GPU's ``accountedAt`` to the mode the GPU was in (``Worker.accounted``), so its busy and
+idle seconds are kept by the object, not by whoever reads it, and survive any reader's restart.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ class LaneStage(StrEnum):
     SYNTHESIZING = api.SYNTHESIZING
     SYNTH_DONE = api.SYNTH_DONE
     GPU = api.GPU
-    COMMITTING = "committing"
+    COMMITTING = api.COMMITTING
 
 
 class WorkerState(StrEnum):
@@ -42,17 +48,28 @@ class WorkerState(StrEnum):
     GPU = "gpu"
 
 
-# The ProofJob partition state a lane's stage shows as. The job's status keeps the engine's
-# vocabulary: the commitment is shown as part of the partition's ``gpu`` state, as before lanes.
+# The ProofJob partition state a lane's stage shows as: the engine's vocabulary, plus
+# ``committing`` for the CPU work after the GPU phase, so that a partition shows ``gpu`` only
+# while its lane holds the GPU.
 PARTITION_STATE = {
     LaneStage.STARTING: api.SCHEDULED,
     LaneStage.SYNTHESIZING: api.SYNTHESIZING,
     LaneStage.SYNTH_DONE: api.SYNTH_DONE,
     LaneStage.GPU: api.GPU,
-    LaneStage.COMMITTING: api.GPU,
+    LaneStage.COMMITTING: api.COMMITTING,
 }
 
 PREVIOUS_PODS = 8
+
+# A GPU's time is in one mode at a time: ``busy`` while a lane holds its GPU phase (nothing
+# else is busy), else idle for a reason the object itself tells: ``cpu`` (lanes, none holding:
+# starting, synthesizing, waiting or committing), ``unknown`` (lanes whose heartbeats all
+# stopped), ``no_lane`` (no lane: no work for it, or its work not here yet).
+BUSY, IDLE_CPU, IDLE_UNKNOWN, IDLE_NO_LANE = "busy", "cpu", "unknown", "no_lane"
+IDLE_MODES = (IDLE_NO_LANE, IDLE_CPU, IDLE_UNKNOWN)
+GPU_TIME_MODES = (BUSY, *IDLE_MODES)
+_GPU_TIME_FIELDS = {BUSY: "busySeconds", IDLE_CPU: "cpuSeconds",
+                    IDLE_UNKNOWN: "unknownSeconds", IDLE_NO_LANE: "noLaneSeconds"}
 
 # A lane whose newest heartbeat is older than this is not heard from: three missed beats of
 # the prover's 10 s heartbeat (``kuzk.workers``' sweep limit), for readers that may not import
@@ -107,6 +124,40 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """What a lane's prover holds, measured when it writes: its resident host memory (the
+    witness of a lane waiting for the GPU stays there), and the device memory it holds (0
+    without a device)."""
+
+    host_bytes: int
+    device_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """A GPU's seconds by mode (``GPU_TIME_MODES``) up to ``accounted_at``."""
+
+    seconds: tuple[tuple[str, float], ...] = ()
+    accounted_at: datetime | None = None
+
+    def of(self, mode: str) -> float:
+        return dict(self.seconds).get(mode, 0.0)
+
+    def plus(self, added: Mapping[str, float], at: datetime) -> GpuTime:
+        """These seconds plus ``added``, accounted up to ``at``."""
+        totals = {mode: round(self.of(mode) + added.get(mode, 0.0), 3)
+                  for mode in GPU_TIME_MODES}
+        return GpuTime(tuple(totals.items()), at)
+
+    def as_status(self) -> dict[str, Any]:
+        stored: dict[str, Any] = {_GPU_TIME_FIELDS[mode]: self.of(mode)
+                                  for mode in GPU_TIME_MODES}
+        if self.accounted_at is not None:
+            stored["accountedAt"] = _stamp(self.accounted_at)
+        return stored
+
+
+@dataclass(frozen=True)
 class Lane:
     """One partition pod on a GPU."""
 
@@ -119,6 +170,11 @@ class Lane:
     since: datetime
     heartbeat: datetime
     ready_at: datetime | None = None
+    memory: Memory | None = None
+
+    def measured(self, memory: Memory | None) -> Lane:
+        """This lane with the memory its prover measured for this write (kept if none)."""
+        return self if memory is None else replace(self, memory=memory)
 
     def as_status(self) -> dict[str, Any]:
         lane: dict[str, Any] = {
@@ -133,6 +189,9 @@ class Lane:
         }
         if self.ready_at is not None:
             lane["readyAt"] = _stamp(self.ready_at)
+        if self.memory is not None:
+            lane["hostMemoryBytes"] = self.memory.host_bytes
+            lane["deviceMemoryBytes"] = self.memory.device_bytes
         return lane
 
 
@@ -158,12 +217,38 @@ class Worker:
     previous_pod_uids: tuple[str, ...] = ()
     completed: int = 0
     since: datetime | None = None
+    gpu_time: GpuTime = GpuTime()
 
     @property
     def state(self) -> WorkerState:
         if self.holder is not None:
             return WorkerState.GPU
         return WorkerState.WAITING if self.lanes else WorkerState.IDLE
+
+    def open_seconds(self, now: datetime) -> dict[str, float]:
+        """The seconds from ``gpu_time.accounted_at`` to ``now`` by the mode this worker was
+        in: ``busy`` with a holder (heard from or not), with lanes ``cpu`` until the newest
+        heartbeat is ``HEARTBEAT_FRESH_S`` old and ``unknown`` after, else ``no_lane``."""
+        if self.gpu_time.accounted_at is None:
+            return {}
+        start, end = self.gpu_time.accounted_at.timestamp(), now.timestamp()
+        if end <= start:
+            return {}
+        if self.holder is not None:
+            return {BUSY: end - start}
+        if not self.lanes:
+            return {IDLE_NO_LANE: end - start}
+        silent = max(lane.heartbeat.timestamp() for lane in self.lanes) + HEARTBEAT_FRESH_S
+        return {IDLE_CPU: max(0.0, min(end, silent) - start),
+                IDLE_UNKNOWN: max(0.0, end - max(start, silent))}
+
+    def accounted(self, now: datetime) -> GpuTime:
+        """Its GPU time up to ``now``: what is stored plus ``open_seconds`` (a worker never
+        accounted starts counting at ``now``; a clock behind ``accountedAt`` adds nothing).
+        ``now`` is cut to the millisecond the stored timestamp keeps, so no write loses any."""
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        at = self.gpu_time.accounted_at
+        return self.gpu_time.plus(self.open_seconds(now), now if at is None else max(at, now))
 
     def lane(self, pod_uid: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.pod.uid == pod_uid), None)
@@ -221,6 +306,8 @@ class Worker:
             worker["previousPodUIDs"] = list(self.previous_pod_uids)
         if self.since is not None:
             worker["since"] = _stamp(self.since)
+        if self.gpu_time.accounted_at is not None:
+            worker["gpuTime"] = self.gpu_time.as_status()
         return worker
 
 
@@ -306,7 +393,18 @@ def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
         since=since,
         heartbeat=_time(value.get("heartbeat")) or since,
         ready_at=_time(value.get("readyAt")),
+        memory=(None if value.get("hostMemoryBytes") is None else
+                Memory(int(value["hostMemoryBytes"]), int(value.get("deviceMemoryBytes") or 0))),
     )
+
+
+def _gpu_time(value: Any) -> GpuTime:
+    stored = value if isinstance(value, Mapping) else {}
+    at = _time(stored.get("accountedAt"))
+    if at is None:
+        return GpuTime()
+    return GpuTime(tuple((mode, float(stored.get(name) or 0.0))
+                         for mode, name in _GPU_TIME_FIELDS.items()), at)
 
 
 def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
@@ -329,6 +427,7 @@ def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
         previous_pod_uids=tuple(str(u) for u in value.get("previousPodUIDs") or []),
         completed=int(value.get("completed") or 0),
         since=_time(value.get("since")),
+        gpu_time=_gpu_time(value.get("gpuTime")),
     )
 
 
@@ -391,15 +490,23 @@ def lane_priority(proof_kind: str) -> int:
 
 
 __all__ = [
+    "BUSY",
     "GPU_COUNT_LABEL",
     "GPU_REPLICAS_LABEL",
+    "GPU_TIME_MODES",
+    "IDLE_CPU",
+    "IDLE_MODES",
+    "IDLE_NO_LANE",
+    "IDLE_UNKNOWN",
     "PARTITION_STATE",
     "PREVIOUS_PODS",
     "Gpu",
+    "GpuTime",
     "Holder",
     "JobRef",
     "Lane",
     "LaneStage",
+    "Memory",
     "PodRef",
     "Worker",
     "WorkerState",

@@ -3,13 +3,16 @@ partition pod's lane on its GPU. It reads the pod's env and credentials, joins i
 writes stages and heartbeats from a thread, holds the GPU phase only around the GPU work
 (``gpu_phase``: acquire, waiting on a watch while another lane holds it, then release_gpu),
 leaves when the prover ends, and tries every write again through API outages; a write that
-still fails never fails the proof."""
+still fails never fails the proof. Every lane write carries what the prover holds when it is
+made (``measure``: its resident host memory, and the device memory its CuPy pool holds), so
+the screen shows memory without a write of its own."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +29,7 @@ from kuzk.workers import (
     Acquired,
     Assignment,
     Gpu,
+    Memory,
     WorkerStatusMissing,
     WorkerWriteConflict,
     acquire,
@@ -58,6 +62,25 @@ _STAGE_WRITES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 RETRY_FIRST_S, RETRY_CAP_S = 0.2, 2.0
 # A status write that fails must not fail the proof: the operator's release and sweep repair.
 _WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
+
+
+def host_memory_bytes() -> int:
+    """The process's resident memory (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def cupy_pool_bytes() -> int:
+    """The device memory CuPy's default pool holds (0 when CuPy is not in use: the NumPy
+    backend never imports it)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return 0
+    return int(cupy.get_default_memory_pool().total_bytes())
 
 
 def _transient(error: BaseException) -> bool:
@@ -108,8 +131,10 @@ class ProverReporter:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
         gpu_wait: float = GPU_WAIT_S,
+        device_memory: Callable[[], int] = cupy_pool_bytes,
     ) -> None:
         self.api, self.node, self.assignment = api, node, assignment
+        self.device_memory = device_memory
         self.gpu_wait = gpu_wait
         self.visible_devices = visible_devices
         self.heartbeat_interval = heartbeat_interval
@@ -183,13 +208,18 @@ class ProverReporter:
             return Gpu(first)
         return Gpu(f"CPU-{self.node}", "cpu")
 
+    def measure(self) -> Memory:
+        """What the prover holds now, for the write it is about to make."""
+        return Memory(host_memory_bytes(), self.device_memory())
+
     def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
         """Join this pod's GPU's lanes, waiting up to ``wait_s`` for the operator to create
         the node's WorkerStatus and up to ``outage_budget`` through transient errors; start
         the heartbeat. Raises what the last try raised."""
         gpu = self.gpu(device)
         self.worker_id = self._persist(
-            "join", lambda: join(self.api, self.node, gpu, self.assignment), missing_s=wait_s
+            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure()),
+            missing_s=wait_s,
         )
         self._last_write = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
@@ -201,7 +231,8 @@ class ProverReporter:
         committing are written by ``gpu_phase``'s acquire and release."""
         if stage_name not in _STAGE_WRITES:
             return
-        self._write("stage", lambda: stage(self.api, self.node, self.assignment, stage_name))
+        self._write("stage", lambda: stage(self.api, self.node, self.assignment, stage_name,
+                                           memory=self.measure()))
 
     @contextlib.contextmanager
     def gpu_phase(self) -> Iterator[None]:
@@ -225,7 +256,8 @@ class ProverReporter:
         started = time.monotonic()
         result = self._best_effort(
             "acquire",
-            lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait),
+            lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait,
+                            memory=self.measure),
             "acquiring the GPU phase",
             "proving on without it",
         )
@@ -250,7 +282,7 @@ class ProverReporter:
         """Give up the GPU's phase this lane holds (best effort, like every write)."""
         given = self._best_effort(
             "GPU release",
-            lambda: release_gpu(self.api, self.node, self.assignment),
+            lambda: release_gpu(self.api, self.node, self.assignment, memory=self.measure()),
             "giving up the GPU phase",
             "the operator's finalizer release will",
         )
@@ -268,7 +300,8 @@ class ProverReporter:
         with self._lock:
             if time.monotonic() - self._last_write < self.heartbeat_interval:
                 return
-        self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment))
+        self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment,
+                                                   memory=self.measure()))
 
     def release(self, outcome: WorkerOutcome) -> bool:
         """Stop the heartbeat and leave the lane; True if this call removed it. Without a

@@ -1,8 +1,10 @@
 """The dashboard in a real headless browser (Playwright driving Debian's Chromium), against the
-real control plane with the real operator and prover: a GPU card shows its lanes, the
-job's grid turns all done, a 60-character job name shows whole, and once the server stops the
-last render stays with a "stale since" marker. Screenshots are kept as test artifacts
-(``$KUZK_TEST_ARTIFACTS``, else pytest's base temp directory)."""
+real control plane with the real operator and prover, two lanes per GPU: a GPU card shows its
+lanes and what they hold in memory, a line per node its lanes' memory beside its allocatable
+memory, a partition past its GPU phase has the committing colour, the job's grid turns all
+done, a 60-character job name shows whole, and once the server stops the last render stays
+with a "stale since" marker. Screenshots are kept as test artifacts (``$KUZK_TEST_ARTIFACTS``,
+else pytest's base temp directory)."""
 
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
         artifacts: Path, tmp_path: Path, record_property) -> None:
     assert len(JOB) == 60
     cluster = kuzk_installed
-    nodes(2, gpus=2)
+    nodes(2, gpus=2, replicas=2)
     operator(real_prover=True)
     with running(cluster, tmp_path / "status.log", "--namespace", namespace) as server:
         page = browser.new_page()
@@ -75,6 +77,23 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
         card = busy.first.inner_text()
         assert re.search(r"snap-update-\S* P\d+ · (starting|synthesizing|synth_done|waiting for"
                          r" GPU|gpu|committing)", card), card
+        # Each lane's prover measured its memory on its first write: a card line and a node
+        # line with the figures (NumPy: no device memory).
+        memory = re.compile(r"^\d+ synthesizing · \d+ waiting for GPU · host [\d.]+ [KMG]iB"
+                            r" · device 0 B$")
+        expect(busy.first.locator(".memory")).to_have_text(memory)
+        node_lines = page.locator("#nodes li.node")
+        expect(node_lines).to_have_count(2)
+        assert re.search(r"2 GPUs · \d+ lanes · .* of 64\.0 GiB allocatable$",
+                         node_lines.first.inner_text()), node_lines.first.inner_text()
+        # At circuitLog2 21 the commitment after the GPU phase takes seconds: a poll sees it,
+        # in a colour of its own.
+        committing = page.locator(".grid .cell.s-committing")
+        expect(committing.first).to_be_attached(timeout=120_000)
+        colours = page.evaluate("""() => ["committing", "gpu"].map(s => {
+            const cell = document.querySelector(`#legend .cell.s-${s}`);
+            return getComputedStyle(cell).backgroundColor; })""")
+        assert colours[0] != colours[1], colours
         # 8 partitions on 4 GPUs: the first wave's cells turn done while the second proves.
         # A poll showing both at once is not waited for: CI once saw none in 120 s (cause
         # unknown; a failure now reports the cluster's state). The checks below still fail

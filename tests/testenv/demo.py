@@ -49,8 +49,9 @@ RELEASE, NAMESPACE = "kuzk", "kuzk-demo"
 DONE_LINE = "both jobs done"
 FINISHED = ("Succeeded", "Failed")
 SYMBOL = {"pending": ".", "scheduled": "s", "synthesizing": "y", "synth_done": "Y", "gpu": "G",
-          "done": "#", "failed": "X"}
-LEGEND = "partitions: . pending  s scheduled  y synthesizing  Y synth_done  G gpu  # done  X failed"
+          "committing": "c", "done": "#", "failed": "X"}
+LEGEND = ("partitions: . pending  s scheduled  y synthesizing  Y synth_done  G gpu"
+          "  c committing  # done  X failed")
 
 
 class DemoError(Exception):

@@ -10,17 +10,27 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kuzk import api, workerstatus
-from kuzk.api import DONE, FAILED, FINISHED_PHASES, PENDING, SCHEDULED, TERMINAL_STATES
-from kuzk.ledger import Tally
+from kuzk.api import (
+    COMMITTING,
+    DONE,
+    FAILED,
+    FINISHED_PHASES,
+    GPU,
+    PENDING,
+    SCHEDULED,
+    TERMINAL_STATES,
+)
+from kuzk.ledger import GpuKey, Tally, gpu_key
 from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
 from kuzk.status.objects import Job, Node, Pod, WorkerNode
 
 QUEUED_STATES = (PENDING, SCHEDULED)
 PodKey = tuple[str, str, int, int]
+LaneKey = tuple[str, str, int, int]  # a partition attempt: job namespace, job name, index, attempt
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,14 @@ class Snapshot:
     pods: Mapping[PodKey, Pod]
     history: History
     counts: Tally
+    gpu_seconds: Mapping[GpuKey, Mapping[str, float]] = field(default_factory=dict)
+
+
+def lane_index(worker_nodes: Iterable[WorkerNode]
+               ) -> dict[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]:
+    """Every lane of every GPU by its partition attempt, with its GPU."""
+    return {(lane.job.namespace, lane.job.name, lane.partition, lane.attempt): (w, lane)
+            for wn in worker_nodes for w in wn.workers for lane in w.lanes}
 
 
 def pod_key(namespace: str, job_label: str, partition: int, attempt: int) -> PodKey:
@@ -84,19 +102,37 @@ def is_shown(job: Job, now: float, keep_finished: float) -> bool:
     return job.completion_time is None or now - job.completion_time <= keep_finished
 
 
-def pipeline(job: Job, snap: Snapshot, now: float) -> dict[str, Any]:
+def shown_state(state: str, lane: tuple[workerstatus.Worker, workerstatus.Lane] | None) -> str:
+    """A partition's state as the screen shows it: the job's, or where its attempt has a lane
+    the lane's (its WorkerStatus is newer than the job's status, which the operator writes
+    after it), so that ``gpu`` is shown only for the holder of a GPU's phase, and a partition
+    the job still says is in ``gpu`` but whose lane gave the GPU up (or left) is
+    ``committing``."""
+    if state in TERMINAL_STATES:
+        return state
+    if lane is not None:
+        worker, held = lane
+        holding = worker.holder is not None and worker.holder.pod.uid == held.pod.uid
+        return GPU if holding else workerstatus.PARTITION_STATE[held.stage]
+    return COMMITTING if state == GPU else state
+
+
+def pipeline(job: Job, snap: Snapshot, now: float,
+             lanes: Mapping[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]
+             ) -> dict[str, Any]:
     label = api.job_label_value(job.name)
     parts = []
     for p in job.partitions:
+        state = shown_state(p.state, lanes.get((job.namespace, job.name, p.index, p.attempt)))
         reason, message = p.reason, p.message
         pod = snap.pods.get(pod_key(job.namespace, label, p.index, p.attempt))
-        if p.state == PENDING and pod is not None and pod.unschedulable:
+        if state == PENDING and pod is not None and pod.unschedulable:
             reason, _, message = pod.unschedulable.partition(": ")
-        if p.state == DONE:
+        if state == DONE:
             reason = message = None
         parts.append({
             "index": p.index,
-            "state": p.state,
+            "state": state,
             "attempt": p.attempt,
             "node": p.node,
             "worker": p.worker,
@@ -141,6 +177,23 @@ def _lane_row(lane: workerstatus.Lane, now: float) -> dict[str, Any]:
         "stage_secs": _secs(now - lane.since.timestamp()),
         "heartbeat_age_secs": _secs(now - lane.heartbeat.timestamp()),
         "ready_secs": None if ready is None else _secs(now - ready),
+        "host_memory_bytes": None if lane.memory is None else lane.memory.host_bytes,
+        "device_memory_bytes": None if lane.memory is None else lane.memory.device_bytes,
+    }
+
+
+def memory(lanes: Iterable[workerstatus.Lane]) -> dict[str, int]:
+    """What lanes hold and do: synthesizing now, waiting for the GPU phase (ready, not
+    holding it), and the host and device memory their provers measured at their last write."""
+    lanes = list(lanes)
+    measured = [lane.memory for lane in lanes if lane.memory is not None]
+    return {
+        "lanes_synthesizing": sum(lane.stage == workerstatus.LaneStage.SYNTHESIZING
+                                  for lane in lanes),
+        "lanes_waiting": sum(lane.stage == workerstatus.LaneStage.SYNTH_DONE
+                             and lane.ready_at is not None for lane in lanes),
+        "host_memory_bytes": sum(m.host_bytes for m in measured),
+        "device_memory_bytes": sum(m.device_bytes for m in measured),
     }
 
 
@@ -160,6 +213,7 @@ def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
         "since_secs": _secs(now - w.holder.since.timestamp()),
     }
     beats = [lane.heartbeat.timestamp() for lane in w.lanes]
+    seconds = snap.gpu_seconds.get(gpu_key(node, w), {})
     return {
         "node": node,
         "worker_id": w.id,
@@ -179,9 +233,10 @@ def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
         "heartbeat_age_secs": _secs(now - max(beats)) if beats else None,
         "completed": w.completed,
         "busy_fraction_10m": _fraction(busy, now - start),
-        "busy_seconds_total": _secs(track.busy_total(now)) if track else 0.0,
-        "idle_seconds_total": {reason: _secs(track.total(reason, now)) if track else 0.0
-                               for reason in IDLE_REASONS},
+        **memory(w.lanes),
+        "busy_seconds_total": _secs(seconds.get(workerstatus.BUSY, 0.0)),
+        "idle_seconds_total": {reason: _secs(seconds.get(reason, 0.0))
+                               for reason in workerstatus.IDLE_MODES},
         "busy_strip_10m": strip(track, snap.history.started, now),
         "idle_strip_10m": idle_strip(track, snap.history.started, now),
         "resource_version": wn.resource_version,
@@ -232,6 +287,18 @@ def workers(snap: Snapshot, now: float) -> list[dict[str, Any]]:
     return [gpu_worker(wn, w, snap, now) for wn, w in rows]
 
 
+def nodes(snap: Snapshot) -> list[dict[str, Any]]:
+    """Per GPU node, what its lanes hold and do (``memory``), beside its allocatable memory."""
+    allocatable = {n.name: n.memory_bytes for n in snap.nodes}
+    rows = sorted(snap.worker_nodes, key=lambda wn: natural(wn.node))
+    return [{"node": wn.node,
+             "gpus": len(wn.workers),
+             "lanes": sum(len(w.lanes) for w in wn.workers),
+             **memory(lane for w in wn.workers for lane in w.lanes),
+             "allocatable_memory_bytes": allocatable.get(wn.node)}
+            for wn in rows]
+
+
 def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
     """Physical GPUs, by the one rule (``workerstatus.physical_gpus``: the node's GPU count
     label, else its WorkerStatus's workers, else its GPUs divided by its replicas)."""
@@ -278,14 +345,16 @@ def render(snap: Snapshot, *, now: float, sync: Sync, keep_finished: float,
     admitted = sorted((j for j in snap.jobs if filters.admits(j.namespace, j.proof_kind)),
                       key=job_order)
     gpu_rows = workers(snap, now)
+    lanes = lane_index(snap.worker_nodes)
     return {
         "uptime_secs": _secs(now - snap.history.started),
         "generated_at": round(now, 3),
         "view": {"synced": sync.synced, "age_secs": _secs(sync.age_secs),
                  "watch_restarts": sync.watch_restarts},
         "fleet": fleet(snap, gpu_rows, now),
-        "pipelines": [pipeline(j, snap, now) for j in admitted
+        "pipelines": [pipeline(j, snap, now, lanes) for j in admitted
                       if is_shown(j, now, keep_finished)],
         "gpu_workers": gpu_rows,
+        "nodes": nodes(snap),
         "counters": counters(snap, admitted, filters),
     }

@@ -4,7 +4,10 @@ The objects say what is true now; a screen also needs what was true a moment ago
 GPU spent in its GPU phase over the last ten minutes and why it was idle otherwise, how long a
 partition has been in its state. ``History`` is fed every object the watches deliver, with
 the time it arrived, and keeps exactly that. What finished is the objects' to say, and the
-ledger's once they are gone: the view counts it (``kuzk.ledger``), not the history.
+ledger's once they are gone: the view counts it (``kuzk.ledger``), not the history. So are a
+GPU's busy and idle seconds since it was added (its WorkerStatus's ``gpuTime``, which
+survives this server): the history is the finer picture of the last ten minutes, with the
+reasons only the ProofJobs tell apart, ``scheduling`` and ``no_work``.
 
 A GPU's time is split into modes, one at a time, so that they add up to the wall time since
 the server first saw it: ``busy`` while a lane holds its GPU phase (nothing else is busy), else
@@ -80,7 +83,6 @@ class WorkerTrack:
     first_seen: float
     mode: str = NO_WORK
     mode_since: float = 0.0
-    closed: dict[str, float] = field(default_factory=dict)
     intervals: deque[tuple[float, float, str]] = field(default_factory=deque)
 
     def switch(self, mode: str, at: float) -> None:
@@ -90,15 +92,9 @@ class WorkerTrack:
         at = max(at, self.mode_since)
         if at > self.mode_since:
             self.intervals.append((self.mode_since, at, self.mode))
-            self.closed[self.mode] = self.closed.get(self.mode, 0.0) + at - self.mode_since
         self.mode, self.mode_since = mode, at
         while self.intervals and self.intervals[0][1] < at - WINDOW_S:
             self.intervals.popleft()
-
-    def total(self, mode: str, now: float) -> float:
-        """Seconds in ``mode`` since the server first saw the GPU."""
-        open_part = max(now - self.mode_since, 0.0) if self.mode == mode else 0.0
-        return self.closed.get(mode, 0.0) + open_part
 
     def between(self, start: float, end: float, mode: str = BUSY) -> float:
         """Seconds in ``mode`` between ``start`` and ``end`` (``end`` at most now)."""
@@ -107,9 +103,6 @@ class WorkerTrack:
         if self.mode == mode:
             total += max(0.0, end - max(self.mode_since, start))
         return total
-
-    def busy_total(self, now: float) -> float:
-        return self.total(BUSY, now)
 
     def busy_between(self, start: float, end: float) -> float:
         return self.between(start, end, BUSY)
@@ -125,7 +118,7 @@ class History:
         """What the aggregation reads, copied, so it can render in another thread while the
         watches go on feeding this one."""
         twin = History(self.started)
-        twin.workers = {k: replace(t, intervals=deque(t.intervals), closed=dict(t.closed))
+        twin.workers = {k: replace(t, intervals=deque(t.intervals))
                         for k, t in self.workers.items()}
         twin.partition_since = dict(self.partition_since)
         return twin

@@ -21,10 +21,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from kuzk.api import PHASES, PROOF_KINDS, STATES, version
-from kuzk.ledger import DURATION_BUCKETS, QUEUE_STAGE
-from kuzk.status.history import IDLE_REASONS
+from kuzk.ledger import DURATION_BUCKETS, QUEUE_STAGE, GpuKey, gpu_key
+from kuzk.status.aggregate import lane_index, memory, shown_state
 from kuzk.status.view import StatusView
-from kuzk.workerstatus import LaneStage, Worker, WorkerState
+from kuzk.workerstatus import BUSY, IDLE_MODES, LaneStage, WorkerState
 
 # A GPU's labels: kuzk's, then dcgm-exporter's names for the same values (Hostname, UUID,
 # modelName), so a kuzk series joins DCGM_FI_* series on UUID without relabeling. dcgm's `gpu`
@@ -33,8 +33,9 @@ from kuzk.workerstatus import LaneStage, Worker, WorkerState
 GPU_LABELS = ("node", "worker", "gpu_uuid", "Hostname", "UUID", "modelName")
 
 
-def gpu_labels(node: str, worker: Worker) -> list[str]:
-    return [node, worker.id, worker.gpu.uuid, node, worker.gpu.uuid, worker.gpu.name]
+def gpu_labels(gpu: GpuKey) -> list[str]:
+    node, worker, uuid, name = gpu
+    return [node, worker, uuid, node, uuid, name]
 
 
 class ViewCollector(Collector):
@@ -42,7 +43,7 @@ class ViewCollector(Collector):
         self.view = view
 
     def collect(self) -> Iterator[Metric]:
-        view, history, counts = self.view, self.view.history, self.view.counts()
+        view, counts = self.view, self.view.counts()
         now = view.clock()
         jobs = list(view.jobs.values())
         # The ProofJob's namespace, as kube-state-metrics names an object's: scrape with
@@ -61,8 +62,10 @@ class ViewCollector(Collector):
         partitions = GaugeMetricFamily(
             "kuzk_partitions", "Partitions by namespace, state and proof kind.",
             labels=["namespace", "state", "proof_kind"])
-        by_state = Counter((j.namespace, p.state, j.proof_kind) for j in jobs
-                           for p in j.partitions)
+        lanes_of = lane_index(view.worker_nodes.values())
+        by_state = Counter((j.namespace, shown_state(p.state, lanes_of.get(
+                                (j.namespace, j.name, p.index, p.attempt))), j.proof_kind)
+                           for j in jobs for p in j.partitions)
         for ns, kind in kinds:
             for state in STATES:
                 partitions.add_metric([ns, state, kind], by_state[(ns, state, kind)])
@@ -78,12 +81,25 @@ class ViewCollector(Collector):
                                   labels=["node", "stage"])
         busy = CounterMetricFamily("kuzk_gpu_busy_seconds",
                                    "Seconds each GPU spent in its GPU phase (a lane held it), as"
-                                   " the watch saw it.",
+                                   " its WorkerStatus accounts them (deleted ones' in the"
+                                   " ledger).",
                                    labels=[*GPU_LABELS])
         idle = CounterMetricFamily("kuzk_gpu_idle_seconds",
-                                   "Seconds each GPU was not in its GPU phase, by reason: no_work,"
-                                   " scheduling, cpu, unknown. Busy plus idle is wall time.",
+                                   "Seconds each GPU was not in its GPU phase, by reason: no_lane,"
+                                   " cpu, unknown. Busy plus idle is wall time since the GPU's"
+                                   " first lane.",
                                    labels=[*GPU_LABELS, "reason"])
+        held = {name: GaugeMetricFamily(f"kuzk_gpu_{name}", text, labels=[*GPU_LABELS])
+                for name, text in (
+                    ("lanes_synthesizing", "Lanes of the GPU synthesizing (CPU) now."),
+                    ("lanes_waiting", "Lanes of the GPU ready and waiting for its GPU phase."),
+                    ("host_memory_bytes", "Resident host memory of the GPU's lanes' provers,"
+                     " as each measured it at its last write."),
+                    ("device_memory_bytes", "Device memory the GPU's lanes' provers hold (CuPy's"
+                     " pool), as each measured it at its last write; 0 on NumPy."))}
+        allocatable = GaugeMetricFamily("kuzk_node_allocatable_memory_bytes",
+                                        "Allocatable memory of each GPU node (beside the lanes'"
+                                        " host memory).", labels=["node", "Hostname"])
         for wn in sorted(view.worker_nodes.values(), key=lambda n: n.node):
             states = Counter(str(w.state) for w in wn.workers)
             for state in WorkerState:
@@ -92,15 +108,22 @@ class ViewCollector(Collector):
             for lane_stage in LaneStage:
                 lanes.add_metric([wn.node, str(lane_stage)], stages[str(lane_stage)])
             for w in wn.workers:
-                track = history.workers.get((wn.node, w.id))
-                gpu = gpu_labels(wn.node, w)
-                busy.add_metric(gpu, track.busy_total(now) if track else 0.0)
-                for reason in IDLE_REASONS:
-                    idle.add_metric([*gpu, reason], track.total(reason, now) if track else 0.0)
+                figures = memory(w.lanes)
+                for name, family in held.items():
+                    family.add_metric(gpu_labels(gpu_key(wn.node, w)), figures[name])
+            node = view.nodes.get(wn.node)
+            if node is not None and node.memory_bytes is not None:
+                allocatable.add_metric([wn.node, wn.node], node.memory_bytes)
+        for gpu, seconds in sorted(view.gpu_seconds(now).items()):
+            busy.add_metric(gpu_labels(gpu), seconds[BUSY])
+            for reason in IDLE_MODES:
+                idle.add_metric([*gpu_labels(gpu), reason], seconds[reason])
         yield workers
         yield lanes
         yield busy
         yield idle
+        yield from held.values()
+        yield allocatable
 
         durations = HistogramMetricFamily(
             "kuzk_partition_duration_seconds",

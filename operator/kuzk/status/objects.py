@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from kuzk import api, workerstatus
 from kuzk.api import PENDING
 
@@ -69,6 +71,7 @@ class Node:
     gpu_resource: str
     labels: tuple[tuple[str, str], ...]
     advertised: str
+    memory_bytes: int | None = None  # its allocatable memory
 
     def gpus(self, workers: int = 0) -> int:
         """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatus lists."""
@@ -157,7 +160,8 @@ def worker_node(obj: Mapping[str, Any]) -> WorkerNode:
 
 
 def node(obj: Mapping[str, Any], gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Node:
-    """A Node: the labels and the amount of ``gpu_resource`` its GPU count comes from."""
+    """A Node: the labels and the amount of ``gpu_resource`` its GPU count comes from, and
+    its allocatable memory."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     status = obj.get("status") or {}
     amounts = status.get("allocatable") or status.get("capacity") or {}
@@ -166,7 +170,18 @@ def node(obj: Mapping[str, Any], gpu_resource: str = DEFAULT_GPU_RESOURCE) -> No
                         if k in labels))
     return Node(name=str((obj.get("metadata") or {}).get("name", "")),
                 gpu_resource=gpu_resource, labels=kept,
-                advertised=str(amounts.get(gpu_resource, "0")))
+                advertised=str(amounts.get(gpu_resource, "0")),
+                memory_bytes=_bytes(amounts.get("memory")))
+
+
+def _bytes(quantity: Any) -> int | None:
+    """A memory quantity ("64Gi", "1000000Ki") in bytes; None when absent or unreadable."""
+    if quantity is None:
+        return None
+    try:
+        return int(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+    except ValueError:
+        return None
 
 
 def pod(obj: Mapping[str, Any]) -> Pod | None:

@@ -20,17 +20,20 @@ import json
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kuzk import ledger
 from kuzk.api import PENDING, PHASE_SUSPENDED, SCHEDULED
-from kuzk.ledger import Ledger, Tally
+from kuzk.ledger import GpuKey, Ledger, Tally
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
 from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
+from kuzk.workerstatus import GPU_TIME_MODES
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
 LEDGER = "ledger"
@@ -113,6 +116,9 @@ class StatusView:
         self._pending_jobs = 0
         self._scheduled: dict[str, set[Bound]] = {}
         self._counts: tuple[int, Tally] = (-1, Tally())
+        # GPU time shown, and the GPUs' model names, by (node, worker, UUID)
+        self._gpu_shown: dict[tuple[str, str, str], dict[str, float]] = {}
+        self._gpu_names: dict[tuple[str, str, str], str] = {}
 
     # --- what the watches call -----------------------------------------------------------
     def add_watch(self, name: str, resource: str) -> WatchState:
@@ -206,16 +212,44 @@ class StatusView:
         self._counts = (self.revision, shown)
         return shown
 
+    def gpu_seconds(self, now: float) -> dict[GpuKey, dict[str, float]]:
+        """Each GPU's seconds by mode (``workerstatus.GPU_TIME_MODES``): what its WorkerStatus
+        accounted plus the mode it is in since (``Worker.accounted``), or what the ledger kept
+        of a deleted one; never less than this server has shown, as a write closes a mode at
+        its writer's time, which the watch brings a moment after this server counted on."""
+        book = next(iter(self.ledgers.values()), Ledger())
+        # A GPU is its node, worker and UUID; its model name (a label too) is the newest known,
+        # so a name learnt later does not start a second series.
+        totals: dict[tuple[str, str, str], Counter[str]] = {}
+        for (node, worker, uuid, name), seconds in book.tally.gpu_seconds.items():
+            totals.setdefault((node, worker, uuid), Counter()).update(seconds)
+            self._gpu_names.setdefault((node, worker, uuid), name)
+        moment = datetime.fromtimestamp(now, UTC)
+        for wn in self.worker_nodes.values():
+            if wn.uid in book.folded:
+                continue
+            for w in wn.workers:
+                gpu = (wn.node, w.id, w.gpu.uuid)
+                totals.setdefault(gpu, Counter()).update(dict(w.accounted(moment).seconds))
+                self._gpu_names[gpu] = w.gpu.name
+        self._gpu_shown = {gpu: {mode: max(totals.get(gpu, Counter())[mode],
+                                           self._gpu_shown.get(gpu, {}).get(mode, 0.0))
+                                 for mode in GPU_TIME_MODES}
+                           for gpu in totals.keys() | self._gpu_shown.keys()}
+        return {(*gpu, self._gpu_names.get(gpu, "")): seconds
+                for gpu, seconds in self._gpu_shown.items()}
+
     def settle(self, now: float) -> None:
         """Bring every GPU's mode up to ``now``: a lane's heartbeat ages without an event."""
         self.history.classify(self.worker_nodes.values(), self.queue, now)
 
     def snapshot(self) -> Snapshot:
         """The view as it is now; the aggregation may run on it in another thread."""
-        self.settle(self.clock())
+        now = self.clock()
+        self.settle(now)
         return Snapshot(list(self.jobs.values()), list(self.worker_nodes.values()),
                         list(self.nodes.values()), dict(self.pods_by_key),
-                        self.history.copy(), self.counts())
+                        self.history.copy(), self.counts(), self.gpu_seconds(now))
 
     async def document(self, filters: Filters) -> Rendered:
         """The document for ``filters``: the cached one while it is current (same revision,

@@ -199,8 +199,9 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
         job = get_job(cluster, namespace, "crash") or {}
         return ((job.get("status") or {}).get("partitions") or [{}])[0]
 
-    live = wait_for(lambda: (p := partition_entry()).get("state") == "gpu" and p, 30,
-                    "the job's partition shown in stage gpu", interval=0.05)
+    # The job shows the partition in gpu, or already committing after its GPU phase.
+    live = wait_for(lambda: (p := partition_entry()).get("state") in ("gpu", "committing")
+                    and p, 30, "the job's partition shown in stage gpu", interval=0.05)
     assert live["worker"] == first["id"]
     assert live["node"] == node
     pid = _pid_of(kubelet, first["pod"]["uid"])

@@ -4,7 +4,9 @@ WorkerStatus counted into the ledger, so after the restart every counter carries
 where it was: no sample goes down (``resets()`` is 0), ``increase()`` over a window in which
 nothing finished is 0, and what finishes after the restart counts. (The old rule rebuilt the
 counters from the objects left and went 2 -> 1, which Prometheus read as a reset followed by
-one new partition.)"""
+one new partition.) The GPU-time counters are kept by the WorkerStatuses' own writes
+(``gpuTime``), so they carry on across the restart too: no reset, no busy time in the quiet
+window, and per GPU busy plus idle grows as the wall clock does."""
 
 from __future__ import annotations
 
@@ -29,7 +31,11 @@ STALE = "sum(kuzk_stale_worker_writes_rejected_total)"
 # every counter that counts what the fleet finished
 COUNTERS = ("kuzk_partitions_completed_total", "kuzk_partitions_failed_total",
             "kuzk_stale_worker_writes_rejected_total", "kuzk_partition_duration_seconds_count",
-            "kuzk_partition_duration_seconds_sum")
+            "kuzk_partition_duration_seconds_sum", "kuzk_gpu_busy_seconds_total",
+            "kuzk_gpu_idle_seconds_total")
+GPU = ("node", "worker", "gpu_uuid")
+# How long the wall-time check spans, the restart included.
+WALL_WINDOW_S = 20.0
 
 
 
@@ -38,6 +44,18 @@ def _scraped_since(prom: prometheus.Prometheus, moment: float, scrapes: int) -> 
     window = max(int(time.time() - moment), 1)
     got = prom.value(f"count_over_time(kuzk_status_view_synced[{window}s])")
     return got is not None and got >= scrapes
+
+
+def _gpu_clocks(prom: prometheus.Prometheus, node: str) -> dict[tuple[str, ...], float]:
+    """Per GPU of ``node``: busy plus idle seconds minus the time of the scrape that read them,
+    which stays the same while every second is counted once (it is minus when the GPU was
+    added)."""
+    by_gpu, mine = ",".join(GPU), f'{{node="{node}"}}'
+    result = prom.query(
+        f"sum by ({by_gpu}) (kuzk_gpu_busy_seconds_total{mine})"
+        f" + sum by ({by_gpu}) (kuzk_gpu_idle_seconds_total{mine})"
+        f" - max by ({by_gpu}) (timestamp(kuzk_gpu_busy_seconds_total{mine}))")
+    return {tuple(r["metric"][k] for k in GPU): float(r["value"][1]) for r in result}
 
 
 def _folded(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
@@ -58,9 +76,10 @@ def _uid(obj: dict[str, Any] | None) -> str:
 def test_counters_carry_on_across_deletions_and_a_restart(
         cluster: Cluster, namespace: str, nodes, operator, tmp_path: Path) -> None:
     custom = client.CustomObjectsApi(cluster.api)
-    nodes(1, gpus=2)
+    kubelet = nodes(1, gpus=2)
     book = f"{namespace}/kuzk-ledger"
-    operator("--ledger", book)
+    # The real prover: its lanes hold the GPU phase, so its GPUs have busy time to keep.
+    operator("--ledger", book, real_prover=True)
     port = free_port()
     cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
                       "evaluation_interval": "1s"},
@@ -84,6 +103,9 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             wait_for(lambda: prom.value(COMPLETED) == 3, 60, "Prometheus reading 3")
             wait_for(lambda: (prom.value(STALE) or 0) >= 3, 60, "Prometheus reading 3 stale")
             quiet_from = time.time()
+            (node_name,) = kubelet.nodes
+            before = _gpu_clocks(prom, node_name)
+            assert 1 <= len(before) <= 2, before  # the GPUs whose lanes proved a and b
 
             # a goes past its TTL (the operator folds it, then deletes it); b is deleted by
             # hand and the node goes (the operator folds them when it sees them go).
@@ -97,14 +119,23 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             server.stop()
             server = start(cluster, tmp_path / "status-1.log", *args, port=port)
             restarted = time.time()
-            wait_for(lambda: _scraped_since(prom, restarted, 3), 60,
-                     "three scrapes of the restarted server")
+            wait_for(lambda: _scraped_since(prom, restarted, 3)
+                     and time.time() - quiet_from >= WALL_WINDOW_S, 60 + WALL_WINDOW_S,
+                     f"three scrapes of the restarted server, {WALL_WINDOW_S:.0f} s after a")
+            span = time.time() - quiet_from
+            after = _gpu_clocks(prom, node_name)
+            assert after.keys() == before.keys()
+            for gpu, offset in after.items():
+                # busy + idle - wall time stays where it was: every second across the
+                # restart is counted once, within 3 %
+                assert abs(offset - before[gpu]) <= 0.03 * span, (gpu, before[gpu], offset, span)
             window = int(time.time() - quiet_from) + 1
             for counter in COUNTERS:
                 assert prom.value(f"sum(resets({counter}[{window}s]))") == 0, counter
-            for counter in COUNTERS[:2]:
+            for counter in (*COUNTERS[:2], "kuzk_gpu_busy_seconds_total"):
                 assert prom.value(f"sum(increase({counter}[{window}s]))") == 0, counter
             assert prom.value(COMPLETED) == 3
+
             assert (prom.value(STALE) or 0) >= 3
 
             apply_job(cluster, namespace, proofjob("c", partitions=2, circuitLog2=10))

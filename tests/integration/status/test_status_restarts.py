@@ -48,8 +48,8 @@ def test_watches_resume_after_the_apiserver_restarts(cluster: Cluster, namespace
                                                      status_server) -> None:
     custom = client.CustomObjectsApi(cluster.api)
     server: StatusServer = status_server()
-    create(custom, namespace, "before", ["gpu", "pending"])
-    wait_for(lambda: shown(server, namespace) == {"before": ["gpu", "pending"]}, 10,
+    create(custom, namespace, "before", ["committing", "pending"])
+    wait_for(lambda: shown(server, namespace) == {"before": ["committing", "pending"]}, 10,
              "the first job in /status")
     # (a control plane just started may answer a first watch 429 while its cache fills)
     resources = ("proofjobs", "workerstatuses", "pods", "nodes")
@@ -61,9 +61,9 @@ def test_watches_resume_after_the_apiserver_restarts(cluster: Cluster, namespace
             "/status saying the view is not synced")
         assert server.get("/healthz").status_code == 200
         assert lost["pipelines"][0]["name"] == "before"  # the last known state stays served
-    set_states(custom, namespace, "before", ["done", "gpu"])
+    set_states(custom, namespace, "before", ["done", "committing"])
     create(custom, namespace, "after", ["pending"])
-    expected = {"before": ["done", "gpu"], "after": ["pending"]}
+    expected = {"before": ["done", "committing"], "after": ["pending"]}
     wait_for(lambda: shown(server, namespace) == expected, 10,
              "/status catching up after the restart")
     doc = wait_for(lambda: (d := server.status())["view"]["synced"] and d, 10,
@@ -78,7 +78,7 @@ def test_a_restarted_server_rebuilds_the_same_pipelines(cluster: Cluster, namesp
     custom = client.CustomObjectsApi(cluster.api)
     first: StatusServer = status_server()
     made = {f"job-{i}": states for i, states in
-            enumerate([["done", "gpu"], ["pending"], ["synthesizing", "failed"]])}
+            enumerate([["done", "committing"], ["pending"], ["synthesizing", "failed"]])}
     for name, states in made.items():
         create(custom, namespace, name, states)
     # every job as its status says, not only created (its status is a second write)

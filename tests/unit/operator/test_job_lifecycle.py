@@ -234,3 +234,20 @@ def test_a_finished_job_stops_pods_that_appear_late():
     decision = reconcile(job, [late], [], T0, settings=SETTINGS)
     assert decision.of_type(DeletePod) == [DeletePod("job-p0-a1", "uid-job-p0-a1", "JobFailed")]
     assert decision.of_type(Event) == []
+
+
+def test_a_partition_is_in_gpu_only_while_its_lane_holds_the_gpu_phase():
+    """Its lane gives the GPU phase up (committing), or leaves before the operator saw that:
+    either way the job's status moves it on from gpu, so it never shows more partitions in
+    gpu than GPUs with a holder."""
+    cluster = Cluster(Make.job(partitions=2), nodes={"n1": 2})
+    drive(cluster, [0, 1])
+
+    def states():
+        return [p["state"] for p in cluster.job["status"]["partitions"]]
+
+    assert states() == ["gpu", "gpu"]
+    cluster.stage(cluster.partition(0)["pod"], "committing")
+    cluster.claims.pop(cluster.pods[cluster.partition(1)["pod"]]["metadata"]["uid"])
+    cluster.reconcile()
+    assert states() == ["committing", "committing"]

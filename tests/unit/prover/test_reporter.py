@@ -135,3 +135,19 @@ def test_a_403_after_a_refused_connection_is_tried_again() -> None:
 
     assert _reporter()._persist("claim", write) is True
     assert answers == []
+
+
+def test_the_memory_a_lane_reports_is_the_process_s_own() -> None:
+    """Host memory: the process's resident set as /proc/self/status says it; device memory:
+    the callable's figure (CuPy's pool by default, 0 when CuPy is not in use)."""
+    reporter = ProverReporter.from_env(ENV, api=client.ApiClient())
+    assert reporter.measure().device_bytes == 0
+    reporter.device_memory = lambda: 4096
+    held = b"\1" * (64 << 20)  # 64 MiB, written: resident
+    sample = reporter.measure()
+    status = Path("/proc/self/status").read_text()
+    vm_rss = next(int(line.split()[1]) << 10 for line in status.splitlines()
+                  if line.startswith("VmRSS:"))
+    assert sample.device_bytes == 4096
+    assert sample.host_bytes > len(held)
+    assert sample.host_bytes == pytest.approx(vm_rss, rel=0.05)

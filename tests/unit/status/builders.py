@@ -63,9 +63,10 @@ def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: 
            completed: int = 0, since: float = T0, heartbeat: float | None = None,
            kind: str = "snap-update", lanes: tuple[ws.Lane, ...] = (),
            uuid: str | None = None) -> ws.Worker:
-    """A physical GPU. ``gpu``: a lane of ``job`` holding its GPU phase (stage ``stage``,
-    default gpu) since ``since``; ``waiting``: that lane without holding it (default
-    synthesizing); ``lanes``: more lanes after it, none holding."""
+    """A physical GPU, its time accounted up to ``since``. ``gpu``: a lane of ``job`` holding
+    its GPU phase (stage ``stage``, default gpu) since ``since``; ``waiting``: that lane
+    without holding it (default synthesizing); ``lanes``: more lanes after it, none
+    holding."""
     own: list[ws.Lane] = []
     holder = None
     if state in ("gpu", "waiting") and job is not None and partition is not None:
@@ -75,7 +76,8 @@ def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: 
         if state == "gpu":
             holder = ws.Holder(own[0].pod, at(since))
     return ws.Worker(id=wid, gpu=ws.Gpu(uuid or f"GPU-{wid.lower()}"),
-                     lanes=(*own, *lanes), holder=holder, completed=completed, since=at(since))
+                     lanes=(*own, *lanes), holder=holder, completed=completed, since=at(since),
+                     gpu_time=ws.GpuTime(accounted_at=at(since)))
 
 
 def workerstatus(node: str, *workers: ws.Worker, stale: int = 0,

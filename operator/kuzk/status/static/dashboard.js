@@ -4,7 +4,8 @@
 
 const POLL_MS = 1500;
 const TIMEOUT_MS = 5000;
-const STATES = ["pending", "scheduled", "synthesizing", "synth_done", "gpu", "done", "failed"];
+const STATES = ["pending", "scheduled", "synthesizing", "synth_done", "gpu", "committing", "done",
+                "failed"];
 
 let etag = null;
 let doc = null;
@@ -36,6 +37,21 @@ function pct(value) {
 
 function clock(date) {
   return date.toTimeString().slice(0, 8);
+}
+
+function bytes(value) {
+  if (value === null || value === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (value >= 1024 && i < units.length - 1) { value /= 1024; i += 1; }
+  return `${i ? value.toFixed(1) : value} ${units[i]}`;
+}
+
+// What lanes synthesize, wait for and hold: a GPU card's line, and a node's with its
+// allocatable memory beside.
+function memoryLine(m) {
+  return `${m.lanes_synthesizing} synthesizing · ${m.lanes_waiting} waiting for GPU · ` +
+    `host ${bytes(m.host_memory_bytes)} · device ${bytes(m.device_memory_bytes)}`;
 }
 
 function stat(label, value, extra) {
@@ -95,6 +111,7 @@ function renderWorkers(d, drift) {
         el("span", {class: "state", text: w.state})),
       el("div", {class: "doing", text: doing, title: held ? held.job_id : null}),
       el("ul", {class: "lanes"}, ...others.map(lane => laneLine(lane, drift))),
+      el("div", {class: "memory", text: memoryLine(w)}),
       el("div", {class: "meta",
         text: `${w.gpu_uuid || "no GPU UUID"}${w.gpu_name ? " · " + w.gpu_name : ""} · ` +
               `${w.completed} done · busy ${pct(w.busy_fraction_10m)}`}),
@@ -102,6 +119,14 @@ function renderWorkers(d, drift) {
   });
   const box = document.getElementById("workers");
   box.replaceChildren(...(cards.length ? cards : [el("p", {class: "empty", text: "no GPU workers yet"})]));
+}
+
+function renderNodes(d) {
+  const rows = (d.nodes || []).map(n => el("li", {class: "node", "data-node": n.node},
+    el("span", {class: "name", text: n.node}),
+    el("span", {class: "facts", text: `${n.gpus} GPUs · ${n.lanes} lanes · ${memoryLine(n)}` +
+      ` of ${bytes(n.allocatable_memory_bytes)} allocatable`})));
+  document.getElementById("nodes").replaceChildren(...rows);
 }
 
 function partitionTitle(p) {
@@ -151,6 +176,7 @@ function render() {
   if (!doc) return;
   const drift = (performance.now() - docAt) / 1000;
   renderFleet(doc);
+  renderNodes(doc);
   renderWorkers(doc, drift);
   renderJobs(doc, drift);
 }
