@@ -15,6 +15,7 @@ whole run, so the screen shows the GPU busy while it may use it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -49,7 +50,7 @@ from kuzk_prover.lane_protocol import (
     parse_call,
     refused,
 )
-from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter
+from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter, host_memory_bytes
 from kuzk_prover.termination import MAX_BYTES, brief, message_path, one_line, write_message
 
 log = logging.getLogger("kuzk_prover.lane")
@@ -253,6 +254,11 @@ def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None
     except OSError as exc:
         returncode, note = EXIT_NOT_STARTED, f"cannot start the prover {command[0]!r}: {brief(exc)}"
     else:
+        if reporter is not None:
+            # The lane's memory is the prover's, measured on the writes its calls make; its
+            # device memory is not the agent's to see and stays 0.
+            reporter.host_memory = functools.partial(host_memory_bytes, child.pid)
+            reporter.device_memory = lambda: 0
         def forward(signum: int, frame: FrameType | None) -> None:
             terminated.set()
             child.send_signal(signum)

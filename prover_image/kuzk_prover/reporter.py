@@ -64,10 +64,11 @@ RETRY_FIRST_S, RETRY_CAP_S = 0.2, 2.0
 _WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
 
 
-def host_memory_bytes() -> int:
-    """The process's resident memory (``/proc/self/statm``; 0 where there is none)."""
+def host_memory_bytes(pid: int | None = None) -> int:
+    """The resident memory of process ``pid`` (this process by default), from
+    ``/proc/PID/statm``; 0 where there is none (the process is gone, or no /proc)."""
     try:
-        with open("/proc/self/statm") as statm:
+        with open(f"/proc/{pid or 'self'}/statm") as statm:
             pages = int(statm.read().split()[1])
     except (OSError, ValueError, IndexError):
         return 0
@@ -131,10 +132,11 @@ class ProverReporter:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
         gpu_wait: float = GPU_WAIT_S,
+        host_memory: Callable[[], int] = host_memory_bytes,
         device_memory: Callable[[], int] = cupy_pool_bytes,
     ) -> None:
         self.api, self.node, self.assignment = api, node, assignment
-        self.device_memory = device_memory
+        self.host_memory, self.device_memory = host_memory, device_memory
         self.gpu_wait = gpu_wait
         self.visible_devices = visible_devices
         self.heartbeat_interval = heartbeat_interval
@@ -210,7 +212,7 @@ class ProverReporter:
 
     def measure(self) -> Memory:
         """What the prover holds now, for the write it is about to make."""
-        return Memory(host_memory_bytes(), self.device_memory())
+        return Memory(self.host_memory(), self.device_memory())
 
     def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
         """Join this pod's GPU's lanes, waiting up to ``wait_s`` for the operator to create

@@ -354,13 +354,23 @@ echo '{{"commitment": "0xc0ffee"}}' | kuzk-lane result -"""))
     assert "went through after" in log.read_text(errors="replace")
 
 
+def _lanes(cluster: Cluster, node: str) -> list[dict[str, Any]]:
+    ws = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
+        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
+    return [lane for w in (ws.get("status") or {}).get("workers") or []
+            for lane in w.get("lanes") or []]
+
+
 def _lane_state(cluster: Cluster, node: str) -> dict[str, Any]:
-    """The WorkerStatus as a bad call could change it: all but heartbeats and times."""
+    """The WorkerStatus as a bad call could change it: all but what a heartbeat rewrites (its
+    time, the lane's memory, the GPU's time accounted up to it)."""
     ws = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
         api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
     status = ws.get("status") or {}
-    workers = [{**w, "lanes": [{k: v for k, v in lane.items() if k != "heartbeat"}
-                               for lane in w.get("lanes") or []]}
+    beat = {"heartbeat", "hostMemoryBytes", "deviceMemoryBytes"}
+    workers = [{**{k: v for k, v in w.items() if k != "gpuTime"},
+                "lanes": [{k: v for k, v in lane.items() if k not in beat}
+                          for lane in w.get("lanes") or []]}
                for w in status.get("workers") or []]
     return {"workers": workers, "stale": status.get("staleWritesRejected", 0)}
 
@@ -401,6 +411,9 @@ echo '{{"commitment": "0x0b"}}' | kuzk-lane result -"""))
 
     idle = at("bad-idle")
     assert [lane["stage"] for lane in idle["workers"][0]["lanes"]] == ["synthesizing"]
+    # The lane's memory is the prover's (a shell's few MiB), not its Python agent's.
+    (lane,) = _lanes(cluster, node)
+    assert 0 < lane["hostMemoryBytes"] < 16 * 2**20 and lane["deviceMemoryBytes"] == 0, lane
     (steps / "bad-idle").touch()
     assert at("acquire") == idle
     (steps / "acquire").touch()
