@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 import time
 from collections.abc import Iterator
@@ -28,6 +29,14 @@ from kuzk_prover.prover import Result, prove
 from kuzk_prover.quotient import vanishing_on_coset
 
 TOLERANCE = 0.10
+
+
+@contextlib.contextmanager
+def timed(held: list[float]) -> Iterator[None]:
+    """A gpu_phase that appends how long it was held, in ms."""
+    started = time.perf_counter()
+    yield
+    held.append((time.perf_counter() - started) * 1e3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,16 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             partitions=16,
         )
         held: list[float] = []
-
-        @contextlib.contextmanager
-        def timed_phase() -> Iterator[None]:
-            started = time.perf_counter()
-            yield
-            held.append((time.perf_counter() - started) * 1e3)
-
         prove(inputs, on_stage=lambda _s: None, xp=np)
         results: list[Result] = [
-            prove(inputs, on_stage=lambda _s: None, xp=np, gpu_phase=timed_phase)
+            prove(inputs, on_stage=lambda _s: None, xp=np, gpu_phase=functools.partial(timed, held))
             for _ in range(args.repeats)
         ]
         witness = synthesis.synthesize(inputs.seed(), log_n)

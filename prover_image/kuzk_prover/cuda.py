@@ -313,11 +313,17 @@ class DevicePipeline:
         """Coefficients from evaluations over g·H."""
         return self._dif_then_bitrev(y, inverse=True, table="unshift")
 
-    def quotient(self, a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]:
+    def quotient(
+        self, a: Any, b: Any, c: Any, vanishing: int, *, overwrite: bool = False
+    ) -> tuple[Any, Any, Any, Any]:
         """(h, a, b, c) coefficients as uint32 words in ``xp``, from the evaluations of a, b, c
-        over H: h in natural order, a, b, c in bit-reversed order."""
+        over H: h in natural order, a, b, c in bit-reversed order. With ``overwrite``, uint32
+        inputs are transformed in place (they become the coefficients) instead of copied."""
         log_n = self._quotient_size(a)
-        columns = [self._words(values) for values in (a, b, c)]
+        columns = [
+            values if overwrite and values.dtype == self.xp.uint32 else self._words(values)
+            for values in (a, b, c)
+        ]
         return self._quotient(columns.__getitem__, log_n, vanishing, None)
 
     def prepare(self, a: Any, b: Any, c: Any, vanishing: int) -> HeldRun:

@@ -33,8 +33,8 @@ from kuzk_prover.xp import array_namespace, to_host
 EVAL_BLOCK_LOG2 = 6
 """Coefficients per row in ``evaluate_many``: 64 products of a coefficient (< 2^31) and a 16-bit
 half of a power sum below 2^53, so a float64 matrix product computes them exactly."""
-EVAL_CHUNK_LOG2 = 18
-"""Coefficients converted to float64 at a time (2 MiB), so the product reads them from cache."""
+EVAL_CHUNK_LOG2 = 14
+"""Coefficients converted to float64 at a time (128 KiB), so the product reads them from cache."""
 _P = U64(P)
 
 
