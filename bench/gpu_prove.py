@@ -3,7 +3,7 @@
     python bench/gpu_prove.py [--sizes 20 22 24] [--repeats 5] [--lanes 3] [--lane-size 24]
                               [--lane-seconds 60]
 
-Needs CuPy and the NVIDIA Management Library's bindings (the gpu extra). One script, in order:
+Needs CuPy and the NVIDIA Management Library's bindings (the gpu and bench extras). In order:
 
 1. correctness: every size proven with ``prove(xp=numpy)`` and ``prove(xp=cupy)`` must give the
    same commitment (exit 1 otherwise);
@@ -46,7 +46,8 @@ try:
     import cupy
     import pynvml
 except ImportError as exc:
-    sys.exit(f"bench/gpu_prove.py needs CuPy and nvidia-ml-py ({exc}): pip install -e '.[gpu]'")
+    sys.exit(f"bench/gpu_prove.py needs CuPy and nvidia-ml-py ({exc}): "
+             "pip install -e '.[gpu,bench]'")
 
 from kuzk_prover.cuda import pipeline
 
