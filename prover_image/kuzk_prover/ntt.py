@@ -78,10 +78,13 @@ def _split(log_n: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class HostTables:
-    """The n-element tables of one size: the four-step twiddle matrix (flat), the coset shift
-    g^i and the inverse coset's unshift g^-i / n."""
+    """The tables of one size: the Stockham stage twiddles of both column transforms, the
+    four-step twiddle matrix (flat), the coset shift g^i and the inverse coset's unshift
+    g^-i / n."""
 
     log_n: int
+    first_stages: tuple[np.ndarray, ...]
+    second_stages: tuple[np.ndarray, ...]
     twiddle_matrix: np.ndarray
     shift: np.ndarray
     unshift: np.ndarray
@@ -95,7 +98,14 @@ def host_tables(log_n: int) -> HostTables:
     else:
         matrix = _build_twiddle_matrix(log_n1, log_n2)
     shift, unshift = coset_tables(log_n)
-    return HostTables(log_n, matrix.reshape(1 << log_n), shift, unshift)
+    return HostTables(
+        log_n,
+        _stage_twiddles(log_n1),
+        _stage_twiddles(log_n2),
+        matrix.reshape(1 << log_n),
+        shift,
+        unshift,
+    )
 
 
 def _on(xp: ModuleType, table: np.ndarray) -> Any:
@@ -103,18 +113,23 @@ def _on(xp: ModuleType, table: np.ndarray) -> Any:
 
 
 def _stockham_columns(
-    src: Any, dst: Any, scratch: tuple[Any, Any], log_len: int, batch: int, xp: ModuleType
+    src: Any,
+    dst: Any,
+    scratch: tuple[Any, Any],
+    stages: tuple[np.ndarray, ...],
+    batch: int,
+    xp: ModuleType,
 ) -> Any:
-    """Size-2^log_len NTTs down the columns of the (2^log_len, batch) matrix in ``src``.
+    """Size-2^k NTTs down the columns of the (2^k, batch) matrix in ``src``, k = len(stages)
+    (``_stage_twiddles(k)``).
 
     ``src`` and ``dst`` are flat buffers of the same size used in turn; returns the one holding
     the result. ``scratch`` is two flat buffers of half that size.
     """
-    length = 1 << log_len
-    size = length * batch
+    size = (1 << len(stages)) * batch
     sum_buf, diff_buf = scratch[0][: size // 2], scratch[1][: size // 2]
     span = batch
-    for tw in _stage_twiddles(log_len):
+    for tw in stages:
         half = tw.shape[0]
         upper = src[: size // 2].reshape(half, span)
         lower = src[size // 2 :].reshape(half, span)
@@ -144,7 +159,7 @@ def _forward(x: Any, xp: ModuleType, tables: HostTables) -> Any:
     first = xp.array(x, dtype=xp.uint64, copy=True)
     second = xp.empty_like(first)
     scratch = (xp.empty(n // 2, dtype=xp.uint64), xp.empty(n // 2, dtype=xp.uint64))
-    columns = _stockham_columns(first, second, scratch, log_n1, n2, xp)
+    columns = _stockham_columns(first, second, scratch, tables.first_stages, n2, xp)
     other = second if columns is first else first
     # The twiddle product is reduced in place: other = columns·T, columns = ⌊·/p⌋·p.
     xp.multiply(columns, _on(xp, tables.twiddle_matrix), out=other)
@@ -152,7 +167,7 @@ def _forward(x: Any, xp: ModuleType, tables: HostTables) -> Any:
     xp.multiply(columns, _P, out=columns)
     xp.subtract(other, columns, out=columns)
     xp.copyto(other.reshape(n2, n1), columns.reshape(n1, n2).T)
-    return _stockham_columns(other, columns, scratch, log_n2, n1, xp)
+    return _stockham_columns(other, columns, scratch, tables.second_stages, n1, xp)
 
 
 def _reverse_tail(y: Any, xp: ModuleType) -> Any:

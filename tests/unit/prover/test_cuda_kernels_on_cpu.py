@@ -156,8 +156,12 @@ def test_kernel_quotient_matches_numpy(
         assert np.array_equal(mine, theirs[order]), "coefficients come in bit-reversed order"
 
 
-@pytest.mark.parametrize(("tiles", "log_n"), [("small-tiles", 4), ("small-tiles", 10),
-                                              ("real-tiles", 12), ("real-tiles", 14)])
+HELD_CASES = [("small-tiles", log_n) for log_n in (4, 5, 8, 10)] + [
+    ("real-tiles", log_n) for log_n in (8, 10, 12, 14)
+]
+
+
+@pytest.mark.parametrize(("tiles", "log_n"), HELD_CASES)
 def test_the_held_run_commits_like_numpy(
     pipelines: dict[str, DevicePipeline], tiles: str, log_n: int
 ) -> None:
