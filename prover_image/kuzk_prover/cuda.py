@@ -10,10 +10,11 @@ checked on machines without a GPU.
 
 A proof's quotient is prepared before its lane takes the GPU phase (``prepare``): the witness
 columns become uint32 words in pinned host memory, and pinned buffers are set aside for what
-comes back. The prepared run is the GPU phase, and it is device work only: the tables are made
-by the ``powers`` kernel, each column goes up on its own stream so that one column's copy
-overlaps another's transforms, h and the coefficients of a, b, c (which the self-check reads)
-come back as uint32 words into the pinned buffers, and then every device byte is given back.
+comes back. The prepared run is the GPU phase, and it is device work only: its arrays are cut
+from one device allocation (one malloc and one free per phase), the tables are made by the
+``powers`` kernel, each column goes up on its own stream so that one column's copy overlaps
+another's transforms, h and the coefficients of a, b, c (which the self-check reads) come back
+as uint32 words into the pinned buffers, and then every device byte is given back.
 
 No pass only reorders where a transform can take its input in the order another one leaves it
 (the pairing of sppark and supraseal): each column's inverse transform is a DIF (natural in,
@@ -55,6 +56,24 @@ HeldRun = Callable[[], tuple[Any, Any, Any, Any]]
 
 def _mont32(value: int) -> np.uint32:
     return np.uint32(value * MONT_R_MOD_P % P)
+
+
+def _half(n: int) -> int:
+    return max(n // 2, 1)
+
+
+class _Arena:
+    """One device allocation that a quotient's arrays are cut from: the phase allocates and
+    frees device memory once, instead of once per array (each a synchronous CUDA call)."""
+
+    def __init__(self, xp: ModuleType, words: int) -> None:
+        self.buffer = xp.empty(words, dtype=xp.uint32)
+        self.used = 0
+
+    def take(self, count: int) -> Any:
+        view = self.buffer[self.used : self.used + count]
+        self.used += count
+        return view
 
 
 class Streams(Protocol):
@@ -189,23 +208,23 @@ class DevicePipeline:
         self.row_log2 = row_log2
         self._tables: dict[tuple[int, str], Any] = {}
 
-    def table(self, log_n: int, name: str) -> Any:
-        """A device table of one size, made by the ``powers`` kernel on first use: twiddles
-        ``fwd`` and ``inv`` (n/2), the coset shift g^i by natural (``shift``) or bit-reversed
-        (``shift_rev``) index, and the inverse coset's ``unshift`` g^-i/n."""
+    def table(self, log_n: int, name: str, arena: _Arena | None = None) -> Any:
+        """A device table of one size, made by the ``powers`` kernel on first use (cut from
+        ``arena`` when given): twiddles ``fwd`` and ``inv`` (n/2), the coset shift g^i by natural
+        (``shift``) or bit-reversed (``shift_rev``) index, and the inverse coset's ``unshift``
+        g^-i/n."""
         key = (log_n, name)
         if key not in self._tables:
             n = 1 << log_n
             omega = field.root_of_unity(log_n)
-            half = max(n // 2, 1)
             base, factor, count, reversed_ = {
-                "fwd": (omega, 1, half, False),
-                "inv": (field.inverse_int(omega), 1, half, False),
+                "fwd": (omega, 1, _half(n), False),
+                "inv": (field.inverse_int(omega), 1, _half(n), False),
                 "shift": (GENERATOR, 1, n, False),
                 "shift_rev": (GENERATOR, 1, n, True),
                 "unshift": (field.inverse_int(GENERATOR), field.inverse_int(n), n, False),
             }[name]
-            out = self.xp.empty(count, dtype=self.xp.uint32)
+            out = self.xp.empty(count, dtype=self.xp.uint32) if arena is None else arena.take(count)
             args = (
                 out,
                 np.uint32(count),
@@ -270,9 +289,11 @@ class DevicePipeline:
             )
             self.launch("ntt_group", blocks, self.threads, args)
 
-    def bitrev(self, src: Any, log_n: int, *, table: str = "", scalar: int = 1) -> Any:
-        """A new array dst[j] = src[bitreverse(j)] · (table[j] or scalar)."""
-        dst = self.xp.empty_like(src)
+    def bitrev(
+        self, src: Any, log_n: int, *, table: str = "", scalar: int = 1, out: Any = None
+    ) -> Any:
+        """dst[j] = src[bitreverse(j)] · (table[j] or scalar), into ``out`` or a new array."""
+        dst = self.xp.empty_like(src) if out is None else out
         args = (
             src,
             dst,
@@ -320,11 +341,15 @@ class DevicePipeline:
         over H: h in natural order, a, b, c in bit-reversed order. With ``overwrite``, uint32
         inputs are transformed in place (they become the coefficients) instead of copied."""
         log_n = self._quotient_size(a)
-        columns = [
-            values if overwrite and values.dtype == self.xp.uint32 else self._words(values)
-            for values in (a, b, c)
-        ]
-        return self._quotient(columns.__getitem__, log_n, vanishing, None)
+        if overwrite and all(values.dtype == self.xp.uint32 for values in (a, b, c)):
+            columns = (a, b, c)
+            return self._quotient(lambda lane, _words: columns[lane], log_n, vanishing, None)
+
+        def load(lane: int, words: Any) -> Any:
+            self.xp.copyto(words, (a, b, c)[lane], casting="unsafe")
+            return words
+
+        return self._quotient(load, log_n, vanishing, None)
 
     def prepare(self, a: Any, b: Any, c: Any, vanishing: int) -> HeldRun:
         """The host work of a quotient, done before the GPU phase: the host columns ``a, b,
@@ -336,8 +361,7 @@ class DevicePipeline:
         inputs = [self.streams.host_words(values) for values in (a, b, c)]
         outputs = tuple(self.streams.host_empty(n) for _ in range(COLUMNS + 1))
 
-        def load(lane: int) -> Any:
-            words = self.xp.empty(n, dtype=self.xp.uint32)
+        def load(lane: int, words: Any) -> Any:
             self.streams.upload(words, inputs[lane], lane)
             return words
 
@@ -363,28 +387,32 @@ class DevicePipeline:
 
     def _quotient(
         self,
-        load: Callable[[int], Any],
+        load: Callable[[int, Any], Any],
         log_n: int,
         vanishing: int,
         outputs: tuple[np.ndarray, ...] | None,
     ) -> tuple[Any, Any, Any, Any]:
-        """Seven transforms, the pointwise pass and one reordering pass (see the module)."""
+        """Seven transforms, the pointwise pass and one reordering pass (see the module).
+        ``load(lane, words)`` returns column ``lane`` as device words, put into ``words``
+        (an n-word slice of the phase's arena) or elsewhere."""
         n = 1 << log_n
+        table_words = 2 * _half(n) + 2 * n
+        arena = _Arena(self.xp, table_words + (2 * COLUMNS + 2) * n)
         with self.streams.on(0):
             for name in QUOTIENT_TABLES:
-                self.table(log_n, name)
+                self.table(log_n, name, arena)
             tables_ready = self.streams.mark(0)
         coefficients, on_coset = [], []
         for lane in range(COLUMNS):
             with self.streams.on(lane):
-                words = load(lane)
+                words = load(lane, arena.take(n))
                 self.streams.wait(lane, tables_ready)
                 self.transform(
                     words, log_n, dif=True, inverse=True, factor_out=field.inverse_int(n)
                 )
                 if outputs is not None:
                     self.streams.download(outputs[1 + lane], words, lane)
-                evaluations = self.xp.empty_like(words)
+                evaluations = arena.take(n)
                 self.transform(
                     words, log_n, dif=False, inverse=False, out=evaluations, scale_in="shift_rev"
                 )
@@ -396,11 +424,11 @@ class DevicePipeline:
                 self.streams.wait(0, mark)
             k_c = field.inverse_int(vanishing) * MONT_R_MOD_P % P
             k_ab = k_c * MONT_R_MOD_P % P
-            h = self.xp.empty(n, dtype=self.xp.uint32)
+            h = arena.take(n)
             args = (*on_coset, h, np.uint32(n), np.uint32(k_ab), np.uint32(k_c))
             self.launch("quotient_pointwise", self._grid(n), self.threads, args)
             self.transform(h, log_n, dif=True, inverse=True)
-            natural = self.bitrev(h, log_n, table="unshift")
+            natural = self.bitrev(h, log_n, table="unshift", out=arena.take(n))
             if outputs is not None:
                 self.streams.download(outputs[0], natural, 0)
         ca, cb, cc = coefficients
