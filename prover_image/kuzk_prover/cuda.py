@@ -43,7 +43,7 @@ from kuzk_prover.field import GENERATOR, MONT_R_MOD_P, P
 
 Launch = Callable[[str, int, int, tuple[Any, ...]], None]
 """launch(kernel_name, blocks, threads_per_block, args)."""
-KERNELS = ("ntt_group", "bitrev_scale", "quotient_pointwise", "powers")
+KERNELS = ("ntt_group", "bitrev_scale", "quotient_pointwise", "powers", "powers_from")
 SCALE_IN, SCALE_OUT, FACTOR_OUT = 1, 2, 4
 """ntt_group's flags: scale on load by a table, on store by a table, on store by a scalar."""
 COLUMNS = 3
@@ -60,6 +60,31 @@ def _mont32(value: int) -> np.uint32:
 
 def _half(n: int) -> int:
     return max(n // 2, 1)
+
+
+def _table_spec(log_n: int, name: str) -> tuple[int, int, int, bool]:
+    """(base, factor, length, bit-reversed exponents) of a device table."""
+    n = 1 << log_n
+    omega = field.root_of_unity(log_n)
+    return {
+        "fwd": (omega, 1, _half(n), False),
+        "inv": (field.inverse_int(omega), 1, _half(n), False),
+        "shift": (GENERATOR, 1, n, False),
+        "shift_rev": (GENERATOR, 1, n, True),
+        "unshift": (field.inverse_int(GENERATOR), field.inverse_int(n), n, False),
+    }[name]
+
+
+def _exponent_split(log_n: int) -> tuple[int, int]:
+    """(low, high) bits of a table's exponents, each half a small table of 2^bits entries."""
+    bits = max(log_n, 1)
+    return (bits + 1) // 2, bits // 2
+
+
+def _table_words(log_n: int, name: str) -> int:
+    """Device words a table takes with the two small tables it is made from."""
+    low, high = _exponent_split(log_n)
+    return _table_spec(log_n, name)[2] + (1 << low) + (1 << high)
 
 
 class _Arena:
@@ -215,25 +240,20 @@ class DevicePipeline:
         g^-i/n."""
         key = (log_n, name)
         if key not in self._tables:
-            n = 1 << log_n
-            omega = field.root_of_unity(log_n)
-            base, factor, count, reversed_ = {
-                "fwd": (omega, 1, _half(n), False),
-                "inv": (field.inverse_int(omega), 1, _half(n), False),
-                "shift": (GENERATOR, 1, n, False),
-                "shift_rev": (GENERATOR, 1, n, True),
-                "unshift": (field.inverse_int(GENERATOR), field.inverse_int(n), n, False),
-            }[name]
-            out = self.xp.empty(count, dtype=self.xp.uint32) if arena is None else arena.take(count)
-            args = (
-                out,
-                np.uint32(count),
-                _mont32(base),
-                _mont32(factor),
-                np.int32(reversed_),
-                np.int32(log_n),
-            )
-            self.launch("powers", self._grid(count), self.threads, args)
+            base, factor, count, reversed_ = _table_spec(log_n, name)
+            low, high = _exponent_split(log_n)
+            arena = _Arena(self.xp, _table_words(log_n, name)) if arena is None else arena
+            small = []
+            for bits, step, times in ((low, base, 1), (high, pow(base, 1 << low, P), factor)):
+                out = arena.take(1 << bits)
+                args = (out, np.uint32(1 << bits), _mont32(step), _mont32(times),
+                        np.int32(0), np.int32(0))
+                self.launch("powers", self._grid(1 << bits), self.threads, args)
+                small.append(out)
+            out = arena.take(count)
+            args = (out, np.uint32(count), *small, np.int32(low), np.int32(reversed_),
+                    np.int32(log_n))
+            self.launch("powers_from", self._grid(count), self.threads, args)
             self._tables[key] = out
         return self._tables[key]
 
@@ -396,7 +416,7 @@ class DevicePipeline:
         ``load(lane, words)`` returns column ``lane`` as device words, put into ``words``
         (an n-word slice of the phase's arena) or elsewhere."""
         n = 1 << log_n
-        table_words = 2 * _half(n) + 2 * n
+        table_words = sum(_table_words(log_n, name) for name in QUOTIENT_TABLES)
         arena = _Arena(self.xp, table_words + (2 * COLUMNS + 2) * n)
         with self.streams.on(0):
             for name in QUOTIENT_TABLES:

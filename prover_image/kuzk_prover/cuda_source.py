@@ -7,8 +7,9 @@ GPU run the real kernels on CPU threads.
 
 Data are uint32 field elements in standard form; twiddles and scale tables are stored in
 Montgomery form (·2^32), so one Montgomery product with them yields a standard-form result.
-The tables are made on the device by the ``powers`` kernel, so a proof costs no host work for
-them and they can be given back with the rest of the device's memory after every proof.
+The tables are made on the device by the ``powers`` and ``powers_from`` kernels, so a proof
+costs no host work for them and they can be given back with the rest of the device's memory
+after every proof.
 
 Transforms are radix-2 and run in groups of stages: a block loads the elements that the group's
 butterflies touch (all values of the group's index bits, for a fixed value of the others) into
@@ -121,9 +122,9 @@ extern "C" __global__ void ntt_group(
     }
 }
 
-/* The tables the transforms read, made where they are used: out[j] = factor · base^e in
-   Montgomery form (base and factor given in Montgomery form), with e = j, or e = the log_n-bit
-   reversal of j when reversed != 0. One square-and-multiply per element. */
+/* out[j] = factor · base^e in Montgomery form (base and factor given in Montgomery form), with
+   e = j, or e = the log_n-bit reversal of j when reversed != 0: one square-and-multiply per
+   element, so it makes only the small tables that powers_from reads. */
 extern "C" __global__ void powers(
     u32* __restrict__ out, u32 count, u32 base, u32 factor, int reversed, int log_n)
 {
@@ -137,6 +138,21 @@ extern "C" __global__ void powers(
             square = mont_mul(square, square);
         }
         out[j] = acc;
+    }
+}
+
+/* The tables the transforms read, made where they are used: out[j] = base^e · factor with e = j
+   or its log_n-bit reversal, as lo[e mod 2^lo_bits] · hi[e >> lo_bits] from two small tables
+   (lo[k] = base^k, hi[k] = factor · base^(k << lo_bits), Montgomery form): one product and two
+   cached reads per element. */
+extern "C" __global__ void powers_from(
+    u32* __restrict__ out, u32 count, const u32* __restrict__ lo, const u32* __restrict__ hi,
+    int lo_bits, int reversed, int log_n)
+{
+    for (u32 j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
+        const u32 e = (reversed && log_n) ? __brev(j) >> (32 - log_n) : j;
+        out[j] = mont_mul(lo[e & ((1u << lo_bits) - 1u)], hi[e >> lo_bits]);
     }
 }
 

@@ -37,6 +37,10 @@ extern "C" void run_powers(unsigned grid, unsigned block, u32* out, u32 count, u
     u32 factor, int reversed, int log_n) {
     shim_launch(grid, block, [&] { powers(out, count, base, factor, reversed, log_n); });
 }
+extern "C" void run_powers_from(unsigned grid, unsigned block, u32* out, u32 count,
+    const u32* lo, const u32* hi, int lo_bits, int reversed, int log_n) {
+    shim_launch(grid, block, [&] { powers_from(out, count, lo, hi, lo_bits, reversed, log_n); });
+}
 extern "C" void run_bitrev_scale(unsigned grid, unsigned block, const u32* src, u32* dst,
     const u32* table, int has_table, u32 scalar, int log_n) {
     shim_launch(grid, block, [&] { bitrev_scale(src, dst, table, has_table, scalar, log_n); });
@@ -179,15 +183,16 @@ def test_the_held_run_commits_like_numpy(
     assert streams.given_back == 1, "the phase gives the device memory back"
     launched.clear()
     device.table(log_n, "fwd")
-    assert launched == ["powers"], "the phase dropped its tables: they are made again"
+    assert launched == ["powers", "powers", "powers_from"], "the phase dropped its tables"
 
 
+@pytest.mark.parametrize("log_n", [1, 10, 15])
 def test_device_tables_come_from_the_kernel(
-    pipelines: dict[str, DevicePipeline], monkeypatch: pytest.MonkeyPatch
+    pipelines: dict[str, DevicePipeline], monkeypatch: pytest.MonkeyPatch, log_n: int
 ) -> None:
-    """Every table the transforms read is made by the ``powers`` kernel: no host table is built
-    (the host builders fail if called) and only that kernel runs to make one."""
-    log_n = 10
+    """Every table the transforms read is made by the table kernels: no host table is built
+    (the host builders fail if called), and only they run to make one (two small tables by
+    square-and-multiply, then one product per entry)."""
     n = 1 << log_n
     omega = field.root_of_unity(log_n)
     mont = field.to_mont
@@ -209,5 +214,5 @@ def test_device_tables_come_from_the_kernel(
     for name, table in expected.items():
         launched.clear()
         made = device.table(log_n, name)
-        assert launched == ["powers"], name
+        assert launched == ["powers", "powers", "powers_from"], name
         assert made.dtype == np.uint32 and np.array_equal(made, table), name
