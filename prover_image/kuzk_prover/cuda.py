@@ -102,7 +102,10 @@ class _Arena:
 
 
 class Streams(Protocol):
-    """Where the words live on the host and how device work is ordered."""
+    """Where the words live on the host and how device work is ordered; ``device_ms`` is
+    the device time of the last prepared run, where it is measured."""
+
+    device_ms: float | None
 
     def on(self, lane: int) -> AbstractContextManager[object]: ...
     def host_words(self, column: Any) -> np.ndarray: ...
@@ -234,7 +237,7 @@ class DevicePipeline:
         self._tables: dict[tuple[int, str], Any] = {}
 
     def table(self, log_n: int, name: str, arena: _Arena | None = None) -> Any:
-        """A device table of one size, made by the ``powers`` kernel on first use (cut from
+        """A device table of one size, made by the table kernels on first use (cut from
         ``arena`` when given): twiddles ``fwd`` and ``inv`` (n/2), the coset shift g^i by natural
         (``shift``) or bit-reversed (``shift_rev``) index, and the inverse coset's ``unshift``
         g^-i/n."""
