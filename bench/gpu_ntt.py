@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "within" if seconds <= 3 * floor else "NOT within"
             print(f"2^{FLOOR_LOG2} quotient is {verdict} 3x of the memory-bandwidth floor")
         del x_dev, words, a_dev, b_dev, c_dev, got
-        cupy.get_default_memory_pool().free_all_blocks()
+        device.release()
     print("all results match NumPy" if ok else "RESULTS DIFFER FROM NUMPY")
     return 0 if ok else 1
 
