@@ -17,6 +17,8 @@ node, one job at a time, and prints:
   same window, over the wall time, and idle seconds by reason
   (``kuzk_gpu_idle_seconds_total``);
 - stale writes refused on the node's WorkerStatus;
+- the commitment's share of a partition's own work: its provers' summed ``commit_ms`` over
+  their ``synth_ms + gpu_ms + commit_ms`` (from the pods' termination messages);
 - the ceiling two cores allow: CPU-seconds per partition of the whole machine (every process
   of the test bed) divided by the cores, against the GPU phase per partition:
   ceiling = 1 / max(CPU-seconds per partition / cores, GPU phase per partition);
@@ -76,6 +78,7 @@ class Result:
     stale: int
     cpu_s: float
     cores: int
+    commit_share: float
 
     @property
     def per_minute(self) -> float:
@@ -142,6 +145,21 @@ def stale_writes(custom: client.CustomObjectsApi, node: str) -> int:
     return int((ws.get("status") or {}).get("staleWritesRejected") or 0)
 
 
+def commit_share(core: client.CoreV1Api, job: str) -> float:
+    """Summed commit_ms over summed synth + gpu + commit ms of the job's succeeded pods."""
+    commit = work = 0.0
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"{api.LABEL_JOB}={job}").items
+    for pod in pods:
+        for status in pod.status.container_statuses or []:
+            done = status.state.terminated
+            if done is None or done.exit_code != 0 or not done.message:
+                continue
+            result = json.loads(done.message)
+            commit += result["commit_ms"]
+            work += result["synth_ms"] + result["gpu_ms"] + result["commit_ms"]
+    return commit / work if work else float("nan")
+
+
 def run_one(
     cluster: Cluster, port: int, size: int, lanes: int, partitions: int, node: str
 ) -> Result:
@@ -184,12 +202,13 @@ def run_one(
         - per_node(before, "kuzk_gpu_idle_seconds_total", node, reason=reason)
         for reason in REASONS
     }
+    share = commit_share(client.CoreV1Api(cluster.api), name)
     custom.delete_namespaced_custom_object(
         api.GROUP, api.VERSION, NAMESPACE, api.PROOFJOB_PLURAL, name
     )
     return Result(
         size, lanes, partitions, wall, gpu_s, busy, idle,
-        stale_writes(custom, node) - stale_before, cpu, os.cpu_count() or 1,
+        stale_writes(custom, node) - stale_before, cpu, os.cpu_count() or 1, share,
     )
 
 
@@ -197,7 +216,7 @@ def report(results: list[Result]) -> None:
     print(
         f"\n{'log2':>4} {'lanes':>5} {'wall s':>7} {'part/min':>8} {'x1 lane':>7}"
         f" {'GPU occ':>7} {'shown':>6} {'diff pp':>7} {'ceiling/min':>11} {'of ceil':>7}"
-        f" {'stale':>5}  idle s by reason"
+        f" {'stale':>5} {'commit':>6}  idle s by reason"
     )
     base = {r.size: r for r in results if r.lanes == 1}
     for r in results:
@@ -208,7 +227,7 @@ def report(results: list[Result]) -> None:
             f"{r.size:>4} {r.lanes:>5} {r.wall_s:7.1f} {r.per_minute:8.1f} {ratio:7.2f}"
             f" {r.occupancy:7.1%} {r.shown:6.1%} {100 * (r.shown - r.occupancy):+7.1f}"
             f" {r.ceiling_per_minute:11.1f} {r.per_minute / r.ceiling_per_minute:7.1%}"
-            f" {r.stale:5d}  {idle}"
+            f" {r.stale:5d} {r.commit_share:6.1%}  {idle}"
         )
     print("\ngoals: log2 22: 2 lanes >= 1.3x 1 lane, 3 lanes >= 85 % GPU occupancy;"
           " log2 18 and 20: >= 80 % of the ceiling; busy shown within 5 pp everywhere")

@@ -16,7 +16,7 @@ import hashlib
 import numpy as np
 
 from kuzk_prover.field import P
-from kuzk_prover.quotient import Quotient, evaluate, vanishing_at
+from kuzk_prover.quotient import Quotient, evaluate_many, vanishing_at
 from kuzk_prover.xp import to_host
 
 LEAF_ELEMENTS = 256
@@ -65,8 +65,9 @@ def check(q: Quotient, points: list[int]) -> None:
     if n > 1 and int(q.h[n - 1]) != 0:
         msg = f"h has degree n-1={n - 1}: a·b - c is not divisible by Z_H"
         raise SelfCheckFailed(msg)
-    for r in points:
-        a, b, c, h = evaluate((q.a, q.b, q.c, q.h), r)
+    columns = evaluate_many((q.a, q.b, q.c), points, bit_reversed=q.bit_reversed)
+    quotients = evaluate_many((q.h,), points)
+    for r, (a, b, c), (h,) in zip(points, columns, quotients, strict=True):
         lhs = (a * b - c) % P
         rhs = h * vanishing_at(r, log_n) % P
         if lhs != rhs:

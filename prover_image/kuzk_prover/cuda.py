@@ -1,47 +1,228 @@
 """The CuPy fast path: the sequence of hand-written kernel launches behind ntt and quotient.
 
 ``DevicePipeline`` holds the launch sequence and the per-size tables; what runs a kernel is a
-``Launch`` callable. On a GPU it is ``cupy.RawModule`` (compiled once per process; CuPy keeps
-the binary under CUPY_CACHE_DIR for the next one). The tests also drive the very same
-pipeline with NumPy arrays and the kernels compiled as C++ on CPU threads, which is how the
-launch sequence and the kernels are checked on machines without a GPU.
+``Launch`` callable, and what moves words between host and device and orders the work is a
+``Streams`` object. On a GPU they are ``cupy.RawModule`` (compiled once per process; CuPy keeps
+the binary under CUPY_CACHE_DIR for the next one) and ``CupyStreams``. The tests also drive the
+very same pipeline with NumPy arrays, the kernels compiled as C++ on CPU threads and
+``HostStreams`` (every step in order), which is how the launch sequence and the kernels are
+checked on machines without a GPU.
 
-Tables (twiddles both ways, coset shift, inverse coset unshift) are built once per size with
-NumPy, converted to Montgomery form and copied to the device once. Between the first upload and
-the final download the data stay on the device as uint32 words: half the traffic of the uint64
-interface. CuPy is imported only when the CuPy pipeline is first used.
+A proof's quotient is prepared before its lane takes the GPU phase (``prepare``): the witness
+columns become uint32 words in pinned host memory, and pinned buffers are set aside for what
+comes back. The prepared run is the GPU phase, and it is device work only: its arrays are cut
+from one device allocation (one malloc and one free per phase), the tables are made by the
+``powers`` kernel, each column goes up on its own stream so that one column's copy overlaps
+another's transforms, h and the coefficients of a, b, c (which the self-check reads) come back
+as uint32 words into the pinned buffers, and then every device byte is given back.
+
+No pass only reorders where a transform can take its input in the order another one leaves it
+(the pairing of sppark and supraseal): each column's inverse transform is a DIF (natural in,
+bit-reversed out), its coset transform a DIT that takes that order and gives natural order back
+(with the coset shift, by bit-reversed index, fused into its first load), the pointwise quotient
+runs in natural order, and h's inverse DIF is followed by the one reordering pass, fused with the
+unshift, because h is committed in natural order. The coefficients of a, b, c stay in bit-reversed
+order, and the self-check reads them so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from kuzk_prover import field
 from kuzk_prover.cuda_source import ROW_LOG2, TILE_LOG2, kernel_source, transform_launches
-from kuzk_prover.domain import coset_tables, log2_size
-from kuzk_prover.field import MONT_R_MOD_P, P
+from kuzk_prover.domain import log2_size
+from kuzk_prover.field import GENERATOR, MONT_R_MOD_P, P
 
 Launch = Callable[[str, int, int, tuple[Any, ...]], None]
 """launch(kernel_name, blocks, threads_per_block, args)."""
-KERNELS = ("ntt_group", "bitrev_scale", "quotient_pointwise")
+KERNELS = ("ntt_group", "bitrev_scale", "quotient_pointwise", "powers", "powers_from")
+SCALE_IN, SCALE_OUT, FACTOR_OUT = 1, 2, 4
+"""ntt_group's flags: scale on load by a table, on store by a table, on store by a scalar."""
+COLUMNS = 3
+"""a, b, c: one stream each."""
+QUOTIENT_TABLES = ("inv", "fwd", "shift_rev", "unshift")
+
+HeldRun = Callable[[], tuple[Any, Any, Any, Any]]
+"""A prepared quotient: called inside the GPU phase, returns (h, a, b, c) on the host."""
 
 
 def _mont32(value: int) -> np.uint32:
     return np.uint32(value * MONT_R_MOD_P % P)
 
 
+def _half(n: int) -> int:
+    return max(n // 2, 1)
+
+
+def _table_spec(log_n: int, name: str) -> tuple[int, int, int, bool]:
+    """(base, factor, length, bit-reversed exponents) of a device table."""
+    n = 1 << log_n
+    omega = field.root_of_unity(log_n)
+    return {
+        "fwd": (omega, 1, _half(n), False),
+        "inv": (field.inverse_int(omega), 1, _half(n), False),
+        "shift": (GENERATOR, 1, n, False),
+        "shift_rev": (GENERATOR, 1, n, True),
+        "unshift": (field.inverse_int(GENERATOR), field.inverse_int(n), n, False),
+    }[name]
+
+
+def _exponent_split(log_n: int) -> tuple[int, int]:
+    """(low, high) bits of a table's exponents, each half a small table of 2^bits entries."""
+    bits = max(log_n, 1)
+    return (bits + 1) // 2, bits // 2
+
+
+def _table_words(log_n: int, name: str) -> int:
+    """Device words a table takes with the two small tables it is made from."""
+    low, high = _exponent_split(log_n)
+    return _table_spec(log_n, name)[2] + (1 << low) + (1 << high)
+
+
+class _Arena:
+    """One device allocation that a quotient's arrays are cut from: the phase allocates and
+    frees device memory once, instead of once per array (each a synchronous CUDA call)."""
+
+    def __init__(self, xp: ModuleType, words: int) -> None:
+        self.buffer = xp.empty(words, dtype=xp.uint32)
+        self.used = 0
+
+    def take(self, count: int) -> Any:
+        view = self.buffer[self.used : self.used + count]
+        self.used += count
+        return view
+
+
+class Streams(Protocol):
+    """Where the words live on the host and how device work is ordered; ``device_ms`` is
+    the device time of the last prepared run, where it is measured."""
+
+    device_ms: float | None
+
+    def on(self, lane: int) -> AbstractContextManager[object]: ...
+    def host_words(self, column: Any) -> np.ndarray: ...
+    def host_empty(self, n: int) -> np.ndarray: ...
+    def begin(self) -> None: ...
+    def upload(self, dst: Any, src: np.ndarray, lane: int) -> None: ...
+    def download(self, dst: np.ndarray, src: Any, lane: int) -> None: ...
+    def mark(self, lane: int) -> object: ...
+    def wait(self, lane: int, mark: object) -> None: ...
+    def finish(self) -> None: ...
+    def give_back(self) -> None: ...
+
+
+class HostStreams:
+    """Streams of a pipeline whose device arrays are NumPy arrays: every step runs in order."""
+
+    device_ms: float | None = None
+
+    def on(self, lane: int) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()
+
+    def host_words(self, column: Any) -> np.ndarray:
+        return np.array(column, dtype=np.uint32)
+
+    def host_empty(self, n: int) -> np.ndarray:
+        return np.empty(n, dtype=np.uint32)
+
+    def begin(self) -> None:
+        return None
+
+    def upload(self, dst: Any, src: np.ndarray, lane: int) -> None:
+        np.copyto(dst, src)
+
+    def download(self, dst: np.ndarray, src: Any, lane: int) -> None:
+        np.copyto(dst, src)
+
+    def mark(self, lane: int) -> object:
+        return None
+
+    def wait(self, lane: int, mark: object) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+    def give_back(self) -> None:
+        return None
+
+
+class CupyStreams:
+    """One CUDA stream per column, one for the downloads; pinned host memory for the words.
+
+    The streams are blocking ones, ordered with the legacy default stream that the array API's
+    CuPy operations use. ``device_ms`` is the span, in CUDA events, of the last run's device
+    work: from ``begin`` to the end of its last kernel or copy.
+    """
+
+    def __init__(self) -> None:
+        import cupy
+        import cupyx
+
+        self._cupy = cupy
+        self._cupyx = cupyx
+        self.lanes = [cupy.cuda.Stream() for _ in range(COLUMNS)]
+        self.copies = cupy.cuda.Stream()
+        self._start: Any = None
+        self.device_ms: float | None = None
+
+    def on(self, lane: int) -> AbstractContextManager[object]:
+        return self.lanes[lane]  # type: ignore[no-any-return]
+
+    def host_words(self, column: Any) -> np.ndarray:
+        words = self._cupyx.empty_pinned(column.shape, dtype=np.uint32)
+        np.copyto(words, column, casting="unsafe")
+        return words  # type: ignore[no-any-return]
+
+    def host_empty(self, n: int) -> np.ndarray:
+        return self._cupyx.empty_pinned((n,), dtype=np.uint32)  # type: ignore[no-any-return]
+
+    def begin(self) -> None:
+        self._start = self.lanes[0].record()
+
+    def upload(self, dst: Any, src: np.ndarray, lane: int) -> None:
+        dst.set(src, stream=self.lanes[lane])
+
+    def download(self, dst: np.ndarray, src: Any, lane: int) -> None:
+        self.copies.wait_event(self.lanes[lane].record())
+        src.get(stream=self.copies, out=dst, blocking=False)
+
+    def mark(self, lane: int) -> object:
+        return self.lanes[lane].record()
+
+    def wait(self, lane: int, mark: object) -> None:
+        self.lanes[lane].wait_event(mark)
+
+    def finish(self) -> None:
+        first = self.lanes[0]
+        for stream in (*self.lanes[1:], self.copies):
+            first.wait_event(stream.record())
+        stop = first.record()
+        stop.synchronize()
+        self.device_ms = float(self._cupy.cuda.get_elapsed_time(self._start, stop))
+
+    def give_back(self) -> None:
+        self._cupy.get_default_memory_pool().free_all_blocks()
+
+
 class DevicePipeline:
     """NTTs and the quotient as kernel launches on uint32 arrays of namespace ``xp``."""
+
+    coefficients_bit_reversed = True
 
     def __init__(
         self,
         xp: ModuleType,
         launch: Launch,
+        streams: Streams,
         *,
         threads: int = 256,
         tile_log2: int = TILE_LOG2,
@@ -49,34 +230,40 @@ class DevicePipeline:
     ) -> None:
         self.xp = xp
         self.launch = launch
+        self.streams = streams
         self.threads = threads
         self.tile_log2 = tile_log2
         self.row_log2 = row_log2
-        self._tables: dict[int, dict[str, Any]] = {}
+        self._tables: dict[tuple[int, str], Any] = {}
 
-    def tables(self, log_n: int) -> dict[str, Any]:
-        """Device tables of one size, built on first use."""
-        if log_n not in self._tables:
-            n = 1 << log_n
-            omega = field.root_of_unity(log_n)
-            half = max(n // 2, 1)
-            shift, unshift = coset_tables(log_n)
-            host = {
-                "fwd": field.powers(omega, half),
-                "inv": field.powers(field.inverse_int(omega), half),
-                "shift": shift,
-                "unshift": unshift,
-            }
-            tables = {
-                k: self.xp.asarray(field.to_mont(v).astype(np.uint32)) for k, v in host.items()
-            }
-            tables["none"] = self.xp.zeros(1, dtype=self.xp.uint32)
-            self._tables[log_n] = tables
-        return self._tables[log_n]
+    def table(self, log_n: int, name: str, arena: _Arena | None = None) -> Any:
+        """A device table of one size, made by the table kernels on first use (cut from
+        ``arena`` when given): twiddles ``fwd`` and ``inv`` (n/2), the coset shift g^i by natural
+        (``shift``) or bit-reversed (``shift_rev``) index, and the inverse coset's ``unshift``
+        g^-i/n."""
+        key = (log_n, name)
+        if key not in self._tables:
+            base, factor, count, reversed_ = _table_spec(log_n, name)
+            low, high = _exponent_split(log_n)
+            arena = _Arena(self.xp, _table_words(log_n, name)) if arena is None else arena
+            small = []
+            for bits, step, times in ((low, base, 1), (high, pow(base, 1 << low, P), factor)):
+                out = arena.take(1 << bits)
+                args = (out, np.uint32(1 << bits), _mont32(step), _mont32(times),
+                        np.int32(0), np.int32(0))
+                self.launch("powers", self._grid(1 << bits), self.threads, args)
+                small.append(out)
+            out = arena.take(count)
+            args = (out, np.uint32(count), *small, np.int32(low), np.int32(reversed_),
+                    np.int32(log_n))
+            self.launch("powers_from", self._grid(count), self.threads, args)
+            self._tables[key] = out
+        return self._tables[key]
 
-    def release_tables(self) -> None:
-        """Drop the device tables (they are rebuilt on next use)."""
+    def release(self) -> None:
+        """Drop the tables and give every device byte back (once the work is done)."""
         self._tables.clear()
+        self.streams.give_back()
 
     def _grid(self, n: int) -> int:
         return min(max(n // self.threads, 1), 65535)
@@ -88,27 +275,35 @@ class DevicePipeline:
         *,
         dif: bool,
         inverse: bool,
+        out: Any = None,
         scale_in: str = "",
         scale_out: str = "",
+        factor_out: int = 1,
     ) -> None:
-        """In place: DIF (natural → bit-reversed) or DIT (bit-reversed → natural) transform.
-
-        ``scale_in``/``scale_out`` name a table fused into the first load / the last store.
-        """
-        tables = self.tables(log_n)
+        """DIF (natural → bit-reversed) or DIT (bit-reversed → natural) transform of ``x``
+        into ``out`` (default: in place). ``scale_in``/``scale_out`` name a table fused into the
+        first load / the last store; ``factor_out`` multiplies the last store."""
+        out = x if out is None else out
+        twiddles = self.table(log_n, "inv" if inverse else "fwd")
         launches = transform_launches(
             log_n, dif=dif, tile_log2=self.tile_log2, row_log2=self.row_log2
         )
         for position, (blocks, s_lo, k, log_c) in enumerate(launches):
-            use_in = position == 0 and bool(scale_in)
-            use_out = position == len(launches) - 1 and bool(scale_out)
+            first, last = position == 0, position == len(launches) - 1
+            flags = (
+                (SCALE_IN if first and scale_in else 0)
+                | (SCALE_OUT if last and scale_out else 0)
+                | (FACTOR_OUT if last and factor_out != 1 else 0)
+            )
+            # A table the flags leave unread is passed as the twiddles: any valid pointer.
             args = (
-                x,
-                tables["inv" if inverse else "fwd"],
-                tables[scale_in] if use_in else tables["none"],
-                tables[scale_out] if use_out else tables["none"],
-                np.int32(use_in),
-                np.int32(use_out),
+                x if first else out,
+                out,
+                twiddles,
+                self.table(log_n, scale_in) if flags & SCALE_IN else twiddles,
+                self.table(log_n, scale_out) if flags & SCALE_OUT else twiddles,
+                _mont32(factor_out),
+                np.int32(flags),
                 np.int32(dif),
                 np.int32(log_n),
                 np.int32(s_lo),
@@ -117,14 +312,15 @@ class DevicePipeline:
             )
             self.launch("ntt_group", blocks, self.threads, args)
 
-    def bitrev(self, src: Any, log_n: int, *, table: str = "", scalar: int = 1) -> Any:
-        """A new array dst[j] = src[bitreverse(j)] · (table[j] or scalar)."""
-        dst = self.xp.empty_like(src)
-        tables = self.tables(log_n)
+    def bitrev(
+        self, src: Any, log_n: int, *, table: str = "", scalar: int = 1, out: Any = None
+    ) -> Any:
+        """dst[j] = src[bitreverse(j)] · (table[j] or scalar), into ``out`` or a new array."""
+        dst = self.xp.empty_like(src) if out is None else out
         args = (
             src,
             dst,
-            tables[table] if table else tables["none"],
+            self.table(log_n, table) if table else src,
             np.int32(bool(table)),
             _mont32(scalar),
             np.int32(log_n),
@@ -161,36 +357,105 @@ class DevicePipeline:
         """Coefficients from evaluations over g·H."""
         return self._dif_then_bitrev(y, inverse=True, table="unshift")
 
-    def quotient(self, a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]:
-        """(h, a, b, c) coefficients as uint64, from the evaluations of a, b, c over H.
+    def quotient(
+        self, a: Any, b: Any, c: Any, vanishing: int, *, overwrite: bool = False
+    ) -> tuple[Any, Any, Any, Any]:
+        """(h, a, b, c) coefficients as uint32 words in ``xp``, from the evaluations of a, b, c
+        over H: h in natural order, a, b, c in bit-reversed order. With ``overwrite``, uint32
+        inputs are transformed in place (they become the coefficients) instead of copied."""
+        log_n = self._quotient_size(a)
+        if overwrite and all(values.dtype == self.xp.uint32 for values in (a, b, c)):
+            columns = (a, b, c)
+            return self._quotient(lambda lane, _words: columns[lane], log_n, vanishing, None)
 
-        Per input: inverse DIF → bit-reversed coefficients; one bit-reversal pass with the 1/n
-        scale → natural coefficients (kept for the self-check); coset DIF with the shift fused
-        into its first load → coset evaluations in bit-reversed order. The pointwise quotient
-        works in that order, and one inverse DIT (which takes bit-reversed input) with the
-        unshift fused into its last store gives the natural coefficients of h.
-        """
-        n = a.shape[0]
-        log_n = log2_size(n)
+        def load(lane: int, words: Any) -> Any:
+            self.xp.copyto(words, (a, b, c)[lane], casting="unsafe")
+            return words
+
+        return self._quotient(load, log_n, vanishing, None)
+
+    def prepare(self, a: Any, b: Any, c: Any, vanishing: int) -> HeldRun:
+        """The host work of a quotient, done before the GPU phase: the host columns ``a, b,
+        c`` as words the device copies from directly, and the buffers for what comes back.
+        The returned run is the GPU phase: uploads, kernels, downloads of h (natural order)
+        and of the coefficients of a, b, c (bit-reversed), then the device memory given back."""
+        log_n = self._quotient_size(a)
+        n = 1 << log_n
+        inputs = [self.streams.host_words(values) for values in (a, b, c)]
+        outputs = tuple(self.streams.host_empty(n) for _ in range(COLUMNS + 1))
+
+        def load(lane: int, words: Any) -> Any:
+            self.streams.upload(words, inputs[lane], lane)
+            return words
+
+        def run() -> tuple[Any, Any, Any, Any]:
+            self.streams.begin()
+            try:
+                on_device = self._quotient(load, log_n, vanishing, outputs)
+                self.streams.finish()
+                del on_device
+            finally:
+                self.release()
+            h, ca, cb, cc = outputs
+            return h, ca, cb, cc
+
+        return run
+
+    def _quotient_size(self, a: Any) -> int:
+        log_n = log2_size(a.shape[0])
         if log_n == 0:
             msg = "the quotient needs at least two constraints"
             raise ValueError(msg)
+        return log_n
+
+    def _quotient(
+        self,
+        load: Callable[[int, Any], Any],
+        log_n: int,
+        vanishing: int,
+        outputs: tuple[np.ndarray, ...] | None,
+    ) -> tuple[Any, Any, Any, Any]:
+        """Seven transforms, the pointwise pass and one reordering pass (see the module).
+        ``load(lane, words)`` returns column ``lane`` as device words, put into ``words``
+        (an n-word slice of the phase's arena) or elsewhere."""
+        n = 1 << log_n
+        table_words = sum(_table_words(log_n, name) for name in QUOTIENT_TABLES)
+        arena = _Arena(self.xp, table_words + (2 * COLUMNS + 2) * n)
+        with self.streams.on(0):
+            for name in QUOTIENT_TABLES:
+                self.table(log_n, name, arena)
+            tables_ready = self.streams.mark(0)
         coefficients, on_coset = [], []
-        for values in (a, b, c):
-            words = self._words(values)
-            self.transform(words, log_n, dif=True, inverse=True)
-            coeffs = self.bitrev(words, log_n, scalar=field.inverse_int(n))
-            coefficients.append(coeffs.astype(self.xp.uint64))
-            self.transform(coeffs, log_n, dif=True, inverse=False, scale_in="shift")
-            on_coset.append(coeffs)
-        k_c = field.inverse_int(vanishing) * MONT_R_MOD_P % P
-        k_ab = k_c * MONT_R_MOD_P % P
-        h = self.xp.empty(n, dtype=self.xp.uint32)
-        args = (*on_coset, h, np.uint32(n), np.uint32(k_ab), np.uint32(k_c))
-        self.launch("quotient_pointwise", self._grid(n), self.threads, args)
-        del on_coset
-        self.transform(h, log_n, dif=False, inverse=True, scale_out="unshift")
-        return (h.astype(self.xp.uint64), *coefficients)
+        for lane in range(COLUMNS):
+            with self.streams.on(lane):
+                words = load(lane, arena.take(n))
+                self.streams.wait(lane, tables_ready)
+                self.transform(
+                    words, log_n, dif=True, inverse=True, factor_out=field.inverse_int(n)
+                )
+                if outputs is not None:
+                    self.streams.download(outputs[1 + lane], words, lane)
+                evaluations = arena.take(n)
+                self.transform(
+                    words, log_n, dif=False, inverse=False, out=evaluations, scale_in="shift_rev"
+                )
+            coefficients.append(words)
+            on_coset.append(evaluations)
+        columns_done = [self.streams.mark(lane) for lane in range(1, COLUMNS)]
+        with self.streams.on(0):
+            for mark in columns_done:
+                self.streams.wait(0, mark)
+            k_c = field.inverse_int(vanishing) * MONT_R_MOD_P % P
+            k_ab = k_c * MONT_R_MOD_P % P
+            h = arena.take(n)
+            args = (*on_coset, h, np.uint32(n), np.uint32(k_ab), np.uint32(k_c))
+            self.launch("quotient_pointwise", self._grid(n), self.threads, args)
+            self.transform(h, log_n, dif=True, inverse=True)
+            natural = self.bitrev(h, log_n, table="unshift", out=arena.take(n))
+            if outputs is not None:
+                self.streams.download(outputs[0], natural, 0)
+        ca, cb, cc = coefficients
+        return natural, ca, cb, cc
 
 
 @functools.cache
@@ -203,7 +468,7 @@ def _cupy_pipeline(device_id: int) -> DevicePipeline:
     def launch(name: str, blocks: int, threads: int, args: tuple[Any, ...]) -> None:
         functions[name]((blocks,), (threads,), args)
 
-    return DevicePipeline(cupy, launch)
+    return DevicePipeline(cupy, launch, CupyStreams())
 
 
 def pipeline() -> DevicePipeline:
@@ -211,14 +476,3 @@ def pipeline() -> DevicePipeline:
     import cupy
 
     return _cupy_pipeline(cupy.cuda.Device().id)
-
-
-def free_device_memory() -> None:
-    """Give back every byte this process holds on the device: the pipeline's tables, then
-    CuPy's memory pool (what a lane does when it gives its GPU phase up)."""
-    import cupy
-
-    cupy.cuda.Stream.null.synchronize()
-    if _cupy_pipeline.cache_info().currsize:
-        pipeline().release_tables()
-    cupy.get_default_memory_pool().free_all_blocks()

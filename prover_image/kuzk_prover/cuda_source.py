@@ -7,6 +7,9 @@ GPU run the real kernels on CPU threads.
 
 Data are uint32 field elements in standard form; twiddles and scale tables are stored in
 Montgomery form (·2^32), so one Montgomery product with them yields a standard-form result.
+The tables are made on the device by the ``powers`` and ``powers_from`` kernels, so a proof
+costs no host work for them and they can be given back with the rest of the device's memory
+after every proof.
 
 Transforms are radix-2 and run in groups of stages: a block loads the elements that the group's
 butterflies touch (all values of the group's index bits, for a fixed value of the others) into
@@ -49,16 +52,22 @@ __device__ __forceinline__ u32 sub_mod(u32 a, u32 b) {
     return a >= b ? a - b : a + FIELD_P - b;
 }
 
+#define SCALE_IN 1
+#define SCALE_OUT 2
+#define FACTOR_OUT 4
+
 /* Stages t = s_lo+k-1 … s_lo (dif != 0, Gentleman-Sande, natural in, bit-reversed out) or
    t = s_lo … s_lo+k-1 (dif == 0, Cooley-Tukey, bit-reversed in, natural out) of a size-2^log_n
-   transform. Element index bits: [0, s_lo) low, [s_lo, s_lo+k) the group's, the rest high.
-   A block owns one high value and 2^log_c consecutive low values. Stage t pairs j and
-   j + 2^t with twiddle w^((j mod 2^t) << (log_n-1-t)), where tw[e] = w^e (Montgomery form).
-   scale_in multiplies on load and scale_out on store, both indexed by the global index. */
+   transform, reading src and writing dst (the same array but for a transform's first group,
+   which may read its input from elsewhere). Element index bits: [0, s_lo) low, [s_lo, s_lo+k)
+   the group's, the rest high. A block owns one high value and 2^log_c consecutive low values.
+   Stage t pairs j and j + 2^t with twiddle w^((j mod 2^t) << (log_n-1-t)), where tw[e] = w^e
+   (Montgomery form). flags: SCALE_IN multiplies each loaded value by scale_in[index],
+   SCALE_OUT each stored one by scale_out[index], FACTOR_OUT each stored one by factor_out. */
 extern "C" __global__ void ntt_group(
-    u32* __restrict__ x, const u32* __restrict__ tw,
-    const u32* __restrict__ scale_in, const u32* __restrict__ scale_out,
-    int has_scale_in, int has_scale_out, int dif, int log_n, int s_lo, int k, int log_c)
+    const u32* src, u32* dst, const u32* __restrict__ tw,
+    const u32* __restrict__ scale_in, const u32* __restrict__ scale_out, u32 factor_out,
+    int flags, int dif, int log_n, int s_lo, int k, int log_c)
 {
     __shared__ u32 tile[TILE];
     const u32 cols = 1u << log_c;
@@ -71,8 +80,8 @@ extern "C" __global__ void ntt_group(
 
     for (u32 e = threadIdx.x; e < size; e += blockDim.x) {
         u32 idx = base + ((e >> log_c) << s_lo) + (e & (cols - 1u));
-        u32 v = x[idx];
-        if (has_scale_in) v = mont_mul(v, scale_in[idx]);
+        u32 v = src[idx];
+        if (flags & SCALE_IN) v = mont_mul(v, scale_in[idx]);
         tile[e] = v;
     }
     __syncthreads();
@@ -107,8 +116,43 @@ extern "C" __global__ void ntt_group(
     for (u32 e = threadIdx.x; e < size; e += blockDim.x) {
         u32 idx = base + ((e >> log_c) << s_lo) + (e & (cols - 1u));
         u32 v = tile[e];
-        if (has_scale_out) v = mont_mul(v, scale_out[idx]);
-        x[idx] = v;
+        if (flags & SCALE_OUT) v = mont_mul(v, scale_out[idx]);
+        if (flags & FACTOR_OUT) v = mont_mul(v, factor_out);
+        dst[idx] = v;
+    }
+}
+
+/* out[j] = factor · base^e in Montgomery form (base and factor given in Montgomery form), with
+   e = j, or e = the log_n-bit reversal of j when reversed != 0: one square-and-multiply per
+   element, so it makes only the small tables that powers_from reads. */
+extern "C" __global__ void powers(
+    u32* __restrict__ out, u32 count, u32 base, u32 factor, int reversed, int log_n)
+{
+    for (u32 j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
+        u32 e = (reversed && log_n) ? __brev(j) >> (32 - log_n) : j;
+        u32 acc = factor;
+        u32 square = base;
+        for (; e; e >>= 1) {
+            if (e & 1u) acc = mont_mul(acc, square);
+            square = mont_mul(square, square);
+        }
+        out[j] = acc;
+    }
+}
+
+/* The tables the transforms read, made where they are used: out[j] = base^e · factor with e = j
+   or its log_n-bit reversal, as lo[e mod 2^lo_bits] · hi[e >> lo_bits] from two small tables
+   (lo[k] = base^k, hi[k] = factor · base^(k << lo_bits), Montgomery form): one product and two
+   cached reads per element. */
+extern "C" __global__ void powers_from(
+    u32* __restrict__ out, u32 count, const u32* __restrict__ lo, const u32* __restrict__ hi,
+    int lo_bits, int reversed, int log_n)
+{
+    for (u32 j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
+        const u32 e = (reversed && log_n) ? __brev(j) >> (32 - log_n) : j;
+        out[j] = mont_mul(lo[e & ((1u << lo_bits) - 1u)], hi[e >> lo_bits]);
     }
 }
 

@@ -11,8 +11,9 @@ Python loops are over the log2(n) stages.
 
 The inverse transform is the forward one read backwards (x ↦ X[-k mod n] / n), so only forward
 twiddles are ever built. Twiddles are cached per size; the n-element tables (the four-step
-twiddle matrix and the coset powers) are cached only up to 2^22 elements and rebuilt per call
-above that, where they would pin gigabytes.
+twiddle matrix and the coset powers, ``HostTables``) are cached only up to 2^22 elements, where
+more would pin gigabytes. A prover builds them before its GPU phase (``prepare``), so that the
+phase holds the transforms and nothing else.
 
 CuPy arrays go to the hand-written kernels in ``kuzk_prover.cuda`` instead: ``transforms(xp)``
 is the one place that chooses between the two.
@@ -21,12 +22,14 @@ is the one place that chooses between the two.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
 
 from kuzk_prover import cuda, field
+from kuzk_prover.cuda import HeldRun
 from kuzk_prover.domain import CACHE_TABLES_UP_TO_LOG2, coset_tables, log2_size
 from kuzk_prover.field import U64, P
 from kuzk_prover.xp import array_namespace, is_cupy
@@ -68,10 +71,41 @@ def _build_twiddle_matrix(log_n1: int, log_n2: int) -> np.ndarray:
 _cached_twiddle_matrix = functools.lru_cache(maxsize=8)(_build_twiddle_matrix)
 
 
-def _twiddle_matrix(log_n1: int, log_n2: int) -> np.ndarray:
-    if log_n1 + log_n2 <= CACHE_TABLES_UP_TO_LOG2:
-        return _cached_twiddle_matrix(log_n1, log_n2)
-    return _build_twiddle_matrix(log_n1, log_n2)
+def _split(log_n: int) -> tuple[int, int]:
+    """(log n1, log n2) of the four-step transform's n1 x n2 matrix."""
+    return log_n // 2, log_n - log_n // 2
+
+
+@dataclass(frozen=True)
+class HostTables:
+    """The tables of one size: the Stockham stage twiddles of both column transforms, the
+    four-step twiddle matrix (flat), the coset shift g^i and the inverse coset's unshift
+    g^-i / n."""
+
+    log_n: int
+    first_stages: tuple[np.ndarray, ...]
+    second_stages: tuple[np.ndarray, ...]
+    twiddle_matrix: np.ndarray
+    shift: np.ndarray
+    unshift: np.ndarray
+
+
+def host_tables(log_n: int) -> HostTables:
+    """The tables of a size-2^log_n transform, cached up to the table size limit."""
+    log_n1, log_n2 = _split(log_n)
+    if log_n <= CACHE_TABLES_UP_TO_LOG2:
+        matrix = _cached_twiddle_matrix(log_n1, log_n2)
+    else:
+        matrix = _build_twiddle_matrix(log_n1, log_n2)
+    shift, unshift = coset_tables(log_n)
+    return HostTables(
+        log_n,
+        _stage_twiddles(log_n1),
+        _stage_twiddles(log_n2),
+        matrix.reshape(1 << log_n),
+        shift,
+        unshift,
+    )
 
 
 def _on(xp: ModuleType, table: np.ndarray) -> Any:
@@ -79,18 +113,23 @@ def _on(xp: ModuleType, table: np.ndarray) -> Any:
 
 
 def _stockham_columns(
-    src: Any, dst: Any, scratch: tuple[Any, Any], log_len: int, batch: int, xp: ModuleType
+    src: Any,
+    dst: Any,
+    scratch: tuple[Any, Any],
+    stages: tuple[np.ndarray, ...],
+    batch: int,
+    xp: ModuleType,
 ) -> Any:
-    """Size-2^log_len NTTs down the columns of the (2^log_len, batch) matrix in ``src``.
+    """Size-2^k NTTs down the columns of the (2^k, batch) matrix in ``src``, k = len(stages)
+    (``_stage_twiddles(k)``).
 
     ``src`` and ``dst`` are flat buffers of the same size used in turn; returns the one holding
     the result. ``scratch`` is two flat buffers of half that size.
     """
-    length = 1 << log_len
-    size = length * batch
+    size = (1 << len(stages)) * batch
     sum_buf, diff_buf = scratch[0][: size // 2], scratch[1][: size // 2]
     span = batch
-    for tw in _stage_twiddles(log_len):
+    for tw in stages:
         half = tw.shape[0]
         upper = src[: size // 2].reshape(half, span)
         lower = src[size // 2 :].reshape(half, span)
@@ -110,27 +149,25 @@ def _stockham_columns(
     return src
 
 
-def _forward(x: Any, xp: ModuleType) -> Any:
+def _forward(x: Any, xp: ModuleType, tables: HostTables) -> Any:
     """Natural-order forward NTT of the flat uint64 vector ``x`` (not modified)."""
     n = x.shape[0]
-    log_n = log2_size(n)
     if n == 1:
         return x.copy()
-    log_n1 = log_n // 2
-    log_n2 = log_n - log_n1
+    log_n1, log_n2 = _split(tables.log_n)
     n1, n2 = 1 << log_n1, 1 << log_n2
     first = xp.array(x, dtype=xp.uint64, copy=True)
     second = xp.empty_like(first)
     scratch = (xp.empty(n // 2, dtype=xp.uint64), xp.empty(n // 2, dtype=xp.uint64))
-    columns = _stockham_columns(first, second, scratch, log_n1, n2, xp)
+    columns = _stockham_columns(first, second, scratch, tables.first_stages, n2, xp)
     other = second if columns is first else first
     # The twiddle product is reduced in place: other = columns·T, columns = ⌊·/p⌋·p.
-    xp.multiply(columns, _on(xp, _twiddle_matrix(log_n1, log_n2)).reshape(n), out=other)
+    xp.multiply(columns, _on(xp, tables.twiddle_matrix), out=other)
     xp.floor_divide(other, _P, out=columns)
     xp.multiply(columns, _P, out=columns)
     xp.subtract(other, columns, out=columns)
     xp.copyto(other.reshape(n2, n1), columns.reshape(n1, n2).T)
-    return _stockham_columns(other, columns, scratch, log_n2, n1, xp)
+    return _stockham_columns(other, columns, scratch, tables.second_stages, n1, xp)
 
 
 def _reverse_tail(y: Any, xp: ModuleType) -> Any:
@@ -141,33 +178,50 @@ def _reverse_tail(y: Any, xp: ModuleType) -> Any:
 class Transforms(Protocol):
     """The transforms of one namespace, on flat uint64 vectors whose size was checked."""
 
+    coefficients_bit_reversed: bool
+    """Whether ``quotient`` gives the coefficients of a, b, c in bit-reversed order."""
+
     def ntt(self, x: Any) -> Any: ...
     def intt(self, y: Any) -> Any: ...
     def coset_ntt(self, x: Any) -> Any: ...
     def coset_intt(self, y: Any) -> Any: ...
     def quotient(self, a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]: ...
+    def prepare(self, a: Any, b: Any, c: Any, vanishing: int) -> HeldRun: ...
 
 
 class ArrayTransforms:
-    """The transforms as whole-array operations of ``xp`` (the four-step Stockham code)."""
+    """The transforms as whole-array operations of ``xp`` (the four-step Stockham code),
+    with the tables of one size given (``tables``) or looked up per call."""
 
-    def __init__(self, xp: ModuleType) -> None:
+    coefficients_bit_reversed = False
+
+    def __init__(self, xp: ModuleType, tables: HostTables | None = None) -> None:
         self.xp = xp
+        self.tables = tables
+
+    def _tables(self, x: Any) -> HostTables:
+        log_n = log2_size(x.shape[0])
+        if self.tables is not None and self.tables.log_n == log_n:
+            return self.tables
+        return host_tables(log_n)
+
+    def _forward(self, x: Any) -> Any:
+        return _forward(x, self.xp, self._tables(x))
 
     def ntt(self, x: Any) -> Any:
-        return _forward(x, self.xp)
+        return self._forward(x)
 
     def intt(self, y: Any) -> Any:
-        forward = _reverse_tail(_forward(y, self.xp), self.xp)
+        forward = _reverse_tail(self._forward(y), self.xp)
         return field.mul(forward, U64(field.inverse_int(y.shape[0])))
 
     def coset_ntt(self, x: Any) -> Any:
-        shift, _ = coset_tables(log2_size(x.shape[0]))
-        return _forward(field.mul(x, _on(self.xp, shift)), self.xp)
+        shift = _on(self.xp, self._tables(x).shift)
+        return self._forward(field.mul(x, shift))
 
     def coset_intt(self, y: Any) -> Any:
-        _, unshift = coset_tables(log2_size(y.shape[0]))
-        return field.mul(_reverse_tail(_forward(y, self.xp), self.xp), _on(self.xp, unshift))
+        unshift = _on(self.xp, self._tables(y).unshift)
+        return field.mul(_reverse_tail(self._forward(y), self.xp), unshift)
 
     def quotient(self, a: Any, b: Any, c: Any, vanishing: int) -> tuple[Any, Any, Any, Any]:
         """(h, a, b, c) coefficients from evaluations over H: seven transforms in sequence."""
@@ -176,6 +230,11 @@ class ArrayTransforms:
         on_coset = field.sub(on_coset, self.coset_ntt(cc))
         on_coset = field.mul(on_coset, U64(field.inverse_int(vanishing)))
         return self.coset_intt(on_coset), ca, cb, cc
+
+    def prepare(self, a: Any, b: Any, c: Any, vanishing: int) -> HeldRun:
+        """The tables built now, before the GPU phase; the returned run is the transforms."""
+        prepared = ArrayTransforms(self.xp, host_tables(log2_size(a.shape[0])))
+        return functools.partial(prepared.quotient, a, b, c, vanishing)
 
 
 def transforms(xp: ModuleType) -> Transforms:

@@ -3,10 +3,13 @@
 Stages use the engine's vocabulary (``synthesizing`` → ``synth_done`` → ``gpu``, then
 ``committing``) and are reported through ``on_stage(stage)``; by default they are only
 logged. The GPU work runs inside ``gpu_phase()``, the seam where a lane takes its GPU's phase
-and gives it up (``kuzk_prover.reporter.ProverReporter.gpu_phase``): the quotient comes back
-to the host and the device's memory pool is emptied before the phase ends, so the commitment
-(CPU work) runs after it and the next lane has the whole GPU. A Result exists only after the
-self-check passed: a failing check raises SelfCheckFailed and nothing is reported.
+and gives it up (``kuzk_prover.reporter.ProverReporter.gpu_phase``). The phase holds device
+work only: whatever the host can do without the GPU (the witness as uint32 words in pinned
+memory, the transforms' host tables on NumPy) is prepared before the lane asks for it; inside
+are the uploads, the kernels and the download of what the commitment reads, and the device's
+memory is given back before the phase ends, so the commitment (CPU work) runs after it and the
+next lane has the whole GPU. A Result exists only after the self-check passed: a failing check
+raises SelfCheckFailed and nothing is reported.
 """
 
 from __future__ import annotations
@@ -21,13 +24,10 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
-from kuzk_prover import synthesis
+from kuzk_prover import quotient, synthesis
 from kuzk_prover.backend import backend_for, select_backend
 from kuzk_prover.commitment import commit
-from kuzk_prover.cuda import free_device_memory
 from kuzk_prover.inputs import ProofInput
-from kuzk_prover.quotient import Quotient, quotient
-from kuzk_prover.xp import is_cupy, to_host
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,10 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class Result:
-    """A proven partition: its commitment, where it ran, and how long each stage took."""
+    """A proven partition: its commitment, where it ran, and how long each stage took
+    (``synth_ms``: synthesis and the host's preparation of the GPU phase; ``gpu_ms``: the
+    phase's device work, without the wait for it; ``commit_ms``: the commitment and its
+    self-check)."""
 
     commitment: str
     proof_kind: str
@@ -79,12 +82,6 @@ class Result:
         }
 
 
-def _free_device_memory(xp: ModuleType) -> None:
-    """Give the device memory this process holds back to the GPU, for the next lane."""
-    if is_cupy(xp):
-        free_device_memory()
-
-
 def prove(
     inputs: ProofInput,
     *,
@@ -106,18 +103,15 @@ def prove(
     enter("synthesizing")
     started = time.perf_counter()
     witness = synthesis.synthesize(inputs.seed(), inputs.circuit_log2)
+    held = quotient.prepare(witness.a, witness.b, witness.c, xp=backend.xp)
+    del witness
     synth_ms = (time.perf_counter() - started) * 1e3
     enter("synth_done")
 
     with phase():
         enter("gpu")
         started = time.perf_counter()
-        device_xp = backend.xp
-        a, b, c = (device_xp.asarray(column) for column in (witness.a, witness.b, witness.c))
-        on_device = quotient(a, b, c, xp=device_xp)
-        q = Quotient(*(to_host(x) for x in (on_device.h, on_device.a, on_device.b, on_device.c)))
-        del a, b, c, on_device
-        _free_device_memory(device_xp)
+        q = held()
         gpu_ms = (time.perf_counter() - started) * 1e3
 
     enter("committing")

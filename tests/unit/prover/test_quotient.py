@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from kuzk_prover import commitment, field, prover, synthesis
+from kuzk_prover import quotient as quotient_module
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.field import P
 from kuzk_prover.inputs import make_input
-from kuzk_prover.quotient import Quotient, evaluate, quotient, vanishing_at
+from kuzk_prover.quotient import Quotient, evaluate_many, quotient, vanishing_at
 from kuzk_prover.xp import to_host
 
 
@@ -38,8 +39,9 @@ def test_satisfied_witness_gives_low_degree_quotient(
     q = quotient(xp.asarray(a), xp.asarray(b), xp.asarray(c))
     h = to_host(q.h)
     assert int(h[-1]) == 0
-    for r in (int(v) for v in rng.integers(0, P, 3)):
-        ea, eb, ec, eh = evaluate((q.a, q.b, q.c, q.h), r)
+    points = [int(v) for v in rng.integers(0, P, 3)]
+    columns = evaluate_many((q.a, q.b, q.c), points, bit_reversed=q.bit_reversed)
+    for r, (ea, eb, ec), (eh,) in zip(points, columns, evaluate_many((q.h,), points), strict=True):
         assert (ea * eb - ec) % P == eh * vanishing_at(r, log_n) % P
     commitment.check(q, [int(v) for v in rng.integers(0, P, 4)])
 
@@ -52,6 +54,34 @@ def test_quotient_matches_python_ints_at_small_size(rng: np.random.Generator) ->
     assert ha % P == _horner(q.h.tolist(), r) * vanishing_at(r, 3) % P
     omega = field.root_of_unity(3)
     assert [_horner(q.a.tolist(), pow(omega, k, P)) for k in range(8)] == a.tolist()
+
+
+def _bit_reversed(values: list[int]) -> list[int]:
+    bits = len(values).bit_length() - 1
+    return [values[int(f"{j:0{bits}b}"[::-1], 2) if bits else 0] for j in range(len(values))]
+
+
+@pytest.mark.parametrize("log_n", [0, 1, 3, 6, 7, 12])
+@pytest.mark.parametrize("bit_reversed", [False, True])
+def test_evaluation_matches_horner(
+    rng: np.random.Generator, log_n: int, bit_reversed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The self-check's matrix evaluation agrees with Horner's rule in Python integers, in
+    either coefficient order, across row chunks, and exactly at the largest coefficients."""
+    monkeypatch.setattr(quotient_module, "EVAL_CHUNK_LOG2", 8)
+    n = 1 << log_n
+    polys = [rng.integers(0, P, n, dtype=np.uint64), np.full(n, P - 1, dtype=np.uint64)]
+    points = [int(v) for v in rng.integers(0, P, 3)] + [P - 1, 65535]
+    stored = [np.array(_bit_reversed(p.tolist()), dtype=np.uint32) if bit_reversed else p
+              for p in polys]
+    got = evaluate_many(stored, points, bit_reversed=bit_reversed)
+    assert got == [tuple(_horner(p.tolist(), r) for p in polys) for r in points]
+
+
+def test_bit_reversed_powers() -> None:
+    base = 1234567
+    table = quotient_module.bit_reversed_powers(base, 16)
+    assert table.tolist() == _bit_reversed([pow(base, i, P) for i in range(16)])
 
 
 def test_hash_chain_witness_passes_the_self_check() -> None:
