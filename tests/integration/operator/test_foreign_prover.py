@@ -256,17 +256,26 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
-        cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _holding(cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
+             monkeypatch: pytest.MonkeyPatch, job: str) -> tuple[Any, str, dict[str, Any]]:
+    """A one-partition job of the shell prover on one GPU, once its lane holds the GPU
+    phase: the kubelet, the node and that lane."""
     monkeypatch.setenv("PROVER_SYNTH_SECONDS", "0")
     monkeypatch.setenv("PROVER_GPU_SECONDS", "2")
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
     run_operator(*under_agent("sh", str(SCRIPT)))
-    apply_job(cluster, namespace, proofjob("killed", partitions=1))
-    first = wait_for(lambda: _lane(cluster, node, "gpu"), 120, "the prover holding the GPU",
-                     interval=0.02)
+    apply_job(cluster, namespace, proofjob(job, partitions=1))
+    lane = wait_for(lambda: _lane(cluster, node, "gpu"), 120, "the prover holding the GPU",
+                    interval=0.02)
+    return kubelet, node, lane
+
+
+def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
+        cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kubelet, node, first = _holding(cluster, namespace, nodes, run_operator, monkeypatch,
+                                    "killed")
     assert first["holder"]["pod"]["uid"] == first["pod"]["uid"]
     (prover,) = _children(_agent_pid(kubelet, first["pod"]["uid"]))
     os.kill(prover, signal.SIGKILL)
@@ -290,14 +299,8 @@ def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
 def test_a_killed_agent_fails_its_pod_and_the_finalizer_frees_its_lane(
         cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PROVER_SYNTH_SECONDS", "0")
-    monkeypatch.setenv("PROVER_GPU_SECONDS", "2")
-    kubelet = nodes(1, gpus=1)
-    node = next(iter(kubelet.nodes))
-    run_operator(*under_agent("sh", str(SCRIPT)))
-    apply_job(cluster, namespace, proofjob("orphan", partitions=1))
-    first = wait_for(lambda: _lane(cluster, node, "gpu"), 120, "the prover holding the GPU",
-                     interval=0.02)
+    kubelet, node, first = _holding(cluster, namespace, nodes, run_operator, monkeypatch,
+                                    "orphan")
     agent = _agent_pid(kubelet, first["pod"]["uid"])
     (prover,) = _children(agent)
     os.kill(agent, signal.SIGKILL)
@@ -354,13 +357,6 @@ echo '{{"commitment": "0xc0ffee"}}' | kuzk-lane result -"""))
     assert "went through after" in log.read_text(errors="replace")
 
 
-def _lanes(cluster: Cluster, node: str) -> list[dict[str, Any]]:
-    ws = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
-        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
-    return [lane for w in (ws.get("status") or {}).get("workers") or []
-            for lane in w.get("lanes") or []]
-
-
 def _lane_state(cluster: Cluster, node: str) -> dict[str, Any]:
     """The WorkerStatus as a bad call could change it: all but what a heartbeat rewrites (its
     time, the lane's memory, the GPU's time accounted up to it)."""
@@ -412,7 +408,7 @@ echo '{{"commitment": "0x0b"}}' | kuzk-lane result -"""))
     idle = at("bad-idle")
     assert [lane["stage"] for lane in idle["workers"][0]["lanes"]] == ["synthesizing"]
     # The lane's memory is the prover's (a shell's few MiB), not its Python agent's.
-    (lane,) = _lanes(cluster, node)
+    (lane,) = _worker(cluster, node)["lanes"]
     assert 0 < lane["hostMemoryBytes"] < 16 * 2**20 and lane["deviceMemoryBytes"] == 0, lane
     (steps / "bad-idle").touch()
     assert at("acquire") == idle
