@@ -28,26 +28,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
-from urllib3.exceptions import HTTPError
-
 from kuzk import logs
 from kuzk.api import version
-from kuzk.workers import Gpu, WorkerStatusMissing, WorkerWriteConflict
+from kuzk.workers import Gpu
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
 from kuzk_prover.prover import Result, prove
-from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter
+from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter, for_partition_pod
 from kuzk_prover.termination import brief, message_path, one_line, write_message
 
 log = logging.getLogger("kuzk_prover")
 
 EXIT_OK, EXIT_RETRY, EXIT_INVALID, EXIT_TERMINATED = 0, 1, 2, 143
-# How long a new pod waits for the operator to create its node's WorkerStatus.
-JOIN_WAIT_S = 10.0
 # How long each WorkerStatus write keeps trying through an API outage.
 STATUS_OUTAGE_S = OUTAGE_BUDGET_S
 
@@ -103,35 +97,6 @@ def _prove(
     return prove(proof, on_stage=on_stage, xp=backend.xp, gpu_phase=gpu_phase)
 
 
-def _reporter(pod: PodIdentity, env: Mapping[str, str]) -> ProverReporter | None:
-    """The WorkerStatus reporter of a partition pod; None outside one (tests)."""
-    if not pod.pod_uid or not pod.node:
-        return None
-    try:
-        return ProverReporter.for_pod(pod, environ=env, outage_budget=STATUS_OUTAGE_S)
-    except (ValueError, ConfigException, OSError) as exc:
-        log.warning("not reporting the GPU worker's status: %s", brief(exc))
-        return None
-
-
-def _join(reporter: ProverReporter, backend: Backend) -> None:
-    """Join the GPU's lanes. Best effort: a proof is worth more than its status line, and the
-    operator's finalizer release and sweep repair a lane the prover could not write."""
-    device = None
-    if backend.gpu_uuid:
-        device = Gpu(backend.gpu_uuid, backend.gpu_name or "", backend.memory_bytes)
-    try:
-        worker = reporter.join(device, wait_s=JOIN_WAIT_S)
-    except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError, OSError) as exc:
-        log.warning(
-            "could not join the GPU's lanes on %s (%s): proving on without worker status",
-            reporter.node,
-            brief(exc),
-        )
-        return
-    log.info("joined the lanes of worker %s on %s", worker, reporter.node)
-
-
 def _run(
     proof: ProofInput, env: Mapping[str, str], path: Path | None, pod: PodIdentity | None
 ) -> int:
@@ -142,12 +107,17 @@ def _run(
         return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
     except BackendUnavailable as exc:
         return _fail(path, EXIT_RETRY, f"no backend: {exc}")
-    reporter = _reporter(pod, env) if path is not None and pod is not None else None
+    reporter = None
+    if path is not None and pod is not None:
+        reporter = for_partition_pod(pod, env, STATUS_OUTAGE_S)
     attempt = 0 if pod is None else pod.attempt
     context = "local" if pod is None else f"attempt={attempt}"
     if reporter is None:
         return _prove_and_report(proof, backend, path, attempt, context, None)
-    _join(reporter, backend)
+    device = None
+    if backend.gpu_uuid:
+        device = Gpu(backend.gpu_uuid, backend.gpu_name or "", backend.memory_bytes)
+    reporter.join_or_go_on(device)
     # The prover leaves its own lane, SIGTERM included; after a SIGKILL the operator's
     # finalizer release removes it (and the GPU phase, if it held it).
     code = EXIT_RETRY

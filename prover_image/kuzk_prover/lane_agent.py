@@ -28,15 +28,11 @@ from pathlib import Path
 from types import FrameType
 from typing import cast
 
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
-from urllib3.exceptions import HTTPError
-
 from kuzk import logs
 from kuzk.observe import parse_result
-from kuzk.workers import Acquired, WorkerStatusMissing, WorkerWriteConflict
+from kuzk.workers import Acquired
 from kuzk_prover import inputs
-from kuzk_prover.inputs import InputError, PodIdentity
+from kuzk_prover.inputs import InputError
 from kuzk_prover.lane_protocol import (
     ACQUIRE,
     MAX_LINE,
@@ -50,14 +46,12 @@ from kuzk_prover.lane_protocol import (
     parse_call,
     refused,
 )
-from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter, host_memory_bytes
+from kuzk_prover.reporter import ProverReporter, for_partition_pod, host_memory_bytes
 from kuzk_prover.termination import MAX_BYTES, brief, message_path, one_line, write_message
 
 log = logging.getLogger("kuzk_prover.lane")
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_NOT_STARTED, EXIT_TERMINATED = 0, 1, 2, 127, 143
-# How long a new pod waits for the operator to create its node's WorkerStatus.
-JOIN_WAIT_S = 10.0
 _WHOLE_RUN = (
     "this lane holds the GPU phase for the prover's whole run; a prover that makes lane calls"
     " runs under `kuzk-lane run --calls -- CMD`"
@@ -186,28 +180,6 @@ class LaneServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         super().__init__(address(name), _Handler)
 
 
-def _reporter(pod: PodIdentity, env: Mapping[str, str]) -> ProverReporter | None:
-    """The pod's lane; None outside a partition pod."""
-    if not pod.pod_uid or not pod.node:
-        return None
-    try:
-        return ProverReporter.for_pod(pod, environ=env, outage_budget=OUTAGE_BUDGET_S)
-    except (ValueError, ConfigException, OSError) as exc:
-        log.warning("not reporting the GPU worker's status: %s", brief(exc))
-        return None
-
-
-def _join(reporter: ProverReporter) -> None:
-    """Join the GPU's lanes; best effort, as for the built-in prover."""
-    try:
-        worker = reporter.join(wait_s=JOIN_WAIT_S)
-    except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError, OSError) as exc:
-        log.warning("could not join the GPU's lanes on %s (%s): running without worker status",
-                    reporter.node, brief(exc))
-        return
-    log.info("joined the lanes of worker %s on %s", worker, reporter.node)
-
-
 def _write(path: Path, text: str) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
@@ -238,9 +210,9 @@ def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None
         return EXIT_INVALID
     logs.set_context(job=f"{pod.namespace}/{pod.job}", partition=pod.partition,
                      pod=pod.pod_name or None)
-    reporter = _reporter(pod, env)
+    reporter = for_partition_pod(pod, env)
     if reporter is not None:
-        _join(reporter)
+        reporter.join_or_go_on()
     agent = LaneAgent(reporter, calls=calls)
     name = f"@kuzk-lane-{pod.pod_uid or 'local'}-{os.getpid()}"
     server = LaneServer(name, agent)

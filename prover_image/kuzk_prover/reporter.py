@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
 from kuzk.api import WorkerOutcome
@@ -52,6 +53,8 @@ _NOT_A_DEVICE = ("", "all", "none", "void")
 # How long one write of the prover keeps trying through an API outage (refused connections,
 # 5xx, 429) before the prover proves on without status; its backoff between tries.
 OUTAGE_BUDGET_S = 30.0
+# How long a new pod waits for the operator to create its node's WorkerStatus.
+JOIN_WAIT_S = 10.0
 # How long a lane waits for its GPU's phase before it proves without it. A holder whose pod
 # died is freed by the operator's finalizer release or, at the latest, its sweep (30 s); this
 # bounds the wait when no operator runs at all.
@@ -227,6 +230,18 @@ class ProverReporter:
         self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
         self._thread.start()
         return self.worker_id
+
+    def join_or_go_on(self, device: Gpu | None = None) -> None:
+        """``join``, best effort: a proof is worth more than its status line, and the
+        operator's finalizer release and sweep repair a lane the prover could not write."""
+        try:
+            worker = self.join(device, wait_s=JOIN_WAIT_S)
+        except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError,
+                OSError) as exc:
+            log.warning("could not join the GPU's lanes on %s (%s): proving on without worker"
+                        " status", self.node, brief(exc))
+            return
+        log.info("joined the lanes of worker %s on %s", worker, self.node)
 
     def on_stage(self, stage_name: str) -> None:
         """Report a stage of the lane: synthesizing and synth_done are written; gpu and
@@ -429,3 +444,16 @@ class ProverReporter:
         with self._lock:
             self._gone = True
         self._quiet.set()
+
+
+def for_partition_pod(pod: PodIdentity, env: Mapping[str, str],
+                      outage_budget: float = OUTAGE_BUDGET_S) -> ProverReporter | None:
+    """The lane of the partition pod ``pod``; None outside one (no pod UID or node: a
+    prover run by hand), or when its credentials cannot be loaded, which is said once."""
+    if not pod.pod_uid or not pod.node:
+        return None
+    try:
+        return ProverReporter.for_pod(pod, environ=env, outage_budget=outage_budget)
+    except (ValueError, ConfigException, OSError) as exc:
+        log.warning("not reporting the GPU worker's status: %s", brief(exc))
+        return None
