@@ -42,6 +42,11 @@ CACHE_ENTRIES = 64
 MAX_STALE_S = 1.0
 REFRESH_S = 15.0
 GZIP_LEVEL = 5
+# How far behind now a GPU's open mode is counted. A write closes a mode at its writer's
+# moment and the watch brings it a moment later; a GPU counted up to now would then have
+# shown more than its object ever stores, and a restarted server (which cannot know what this
+# one showed) would show less: a counter reset to Prometheus. Writes land well within this.
+OPEN_MODE_LAG_S = 5.0
 log = logging.getLogger("kuzk.status.view")
 SEPARATORS = (",", ":")
 
@@ -95,6 +100,7 @@ class StatusView:
     started: float = field(default=0.0)
     revision: int = 0
     gpu_resource: str = DEFAULT_GPU_RESOURCE
+    open_mode_lag: float = OPEN_MODE_LAG_S
 
     def __post_init__(self) -> None:
         self.started = self.started or self.clock()
@@ -214,9 +220,9 @@ class StatusView:
 
     def gpu_seconds(self, now: float) -> dict[GpuKey, dict[str, float]]:
         """Each GPU's seconds by mode (``workerstatus.GPU_TIME_MODES``): what its WorkerStatus
-        accounted plus the mode it is in since (``Worker.accounted``), or what the ledger kept
-        of a deleted one; never less than this server has shown, as a write closes a mode at
-        its writer's time, which the watch brings a moment after this server counted on."""
+        accounted plus the mode it is in since, up to ``open_mode_lag`` before ``now``
+        (``Worker.accounted``), or what the ledger kept of a deleted one; never less than this
+        server has shown (a write that took longer than the lag to arrive)."""
         book = next(iter(self.ledgers.values()), Ledger())
         # A GPU is its node, worker and UUID; its model name (a label too) is the newest known,
         # so a name learnt later does not start a second series.
@@ -224,7 +230,7 @@ class StatusView:
         for (node, worker, uuid, name), seconds in book.tally.gpu_seconds.items():
             totals.setdefault((node, worker, uuid), Counter()).update(seconds)
             self._gpu_names.setdefault((node, worker, uuid), name)
-        moment = datetime.fromtimestamp(now, UTC)
+        moment = datetime.fromtimestamp(now - self.open_mode_lag, UTC)
         for wn in self.worker_nodes.values():
             if wn.uid in book.folded:
                 continue

@@ -31,7 +31,9 @@ Feed = Callable[..., StatusView]
 
 @pytest.fixture
 def view(clock: Clock) -> StatusView:
-    view = StatusView(keep_finished=600, clock=clock)
+    # Open modes counted up to now, so the figures are the protocol's exactly
+    # (test_gpu_time.py checks the lag).
+    view = StatusView(keep_finished=600, clock=clock, open_mode_lag=0)
     for resource in RESOURCES:
         view.add_watch(resource, resource)
     return view

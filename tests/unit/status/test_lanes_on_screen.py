@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters, render
-from kuzk.status.view import RESOURCES, StatusView
+from kuzk.status.view import OPEN_MODE_LAG_S, RESOURCES, StatusView
 from kuzk.workerstatus import GpuTime, Memory
 from tests.unit.status.builders import (
     T0,
@@ -119,7 +119,7 @@ def test_gpu_time_is_the_workerstatus_s_and_a_new_server_shows_the_same(
     feed(workerstatuses=[status])
     clock.now = T0 + 5
     first = doc(view)["gpu_workers"][0]
-    restarted = StatusView(keep_finished=600, clock=clock, started=T0 + 5)
+    restarted = StatusView(keep_finished=600, clock=clock, started=T0 + 5, open_mode_lag=0)
     for resource in RESOURCES:
         restarted.add_watch(resource, resource)
         restarted.listed(resource, [status] if resource == "workerstatuses" else [])
@@ -127,6 +127,27 @@ def test_gpu_time_is_the_workerstatus_s_and_a_new_server_shows_the_same(
     assert first["busy_seconds_total"] == again["busy_seconds_total"] == 40.0
     assert first["idle_seconds_total"] == again["idle_seconds_total"] == {
         "no_lane": 65.0, "cpu": 0.0, "unknown": 0.0}
+
+
+def test_a_mode_closed_by_a_late_write_never_shows_less_after_a_restart(clock: Clock) -> None:
+    """A GPU held since T0; its release, decided at T0 + 8 (busy up to then), arrives at
+    T0 + 10. A server counting the open mode up to now would have shown 10 s busy, and one
+    started after the release 8: a counter reset. Counted up to the lag before now, neither
+    server shows more than the object comes to store."""
+
+    def server(status: dict[str, Any], now: float) -> float:
+        clock.now = now
+        view = StatusView(keep_finished=600, clock=clock, started=T0)
+        for resource in RESOURCES:
+            view.add_watch(resource, resource)
+            view.listed(resource, [status] if resource == "workerstatuses" else [])
+        return float(doc(view)["gpu_workers"][0]["busy_seconds_total"])
+
+    held = workerstatus("n", worker("W0", "gpu", job="j", partition=0, since=T0))
+    released = workerstatus("n", replace(worker("W0"), gpu_time=accounted(8.0, 0.0, T0 + 8)))
+    shown = server(held, T0 + 10)
+    assert shown == 10 - OPEN_MODE_LAG_S
+    assert shown <= server(released, T0 + 10.5) == 8.0
 
 
 def test_a_deleted_workerstatus_s_gpu_time_stays_counted(clock: Clock, view: StatusView,
