@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kuzk import api, ledger
+from kuzk.status.view import OPEN_MODE_LAG_S
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.status.server import start
 from tests.integration.workers.conftest import create_worker_status, delete_worker_status
@@ -104,6 +105,11 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             wait_for(lambda: (prom.value(STALE) or 0) >= 3, 60, "Prometheus reading 3 stale")
             quiet_from = time.time()
             (node_name,) = kubelet.nodes
+            # The current mode counts up to OPEN_MODE_LAG_S ago, so a GPU's last write must be
+            # that old before busy + idle grows with the wall clock.
+            settled = quiet_from + OPEN_MODE_LAG_S
+            wait_for(lambda: time.time() >= settled and _scraped_since(prom, settled, 1),
+                     30, "a scrape after the last write's seconds are counted")
             before = _gpu_clocks(prom, node_name)
             assert 1 <= len(before) <= 2, before  # the GPUs whose lanes proved a and b
 
