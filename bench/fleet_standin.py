@@ -26,7 +26,7 @@ lives: a change of that protocol's signatures is met there and nowhere else.
 
 It prints ``PORT <n>`` when it listens; a connection that sends ``STATS`` gets its counters
 as JSON (pods served, bare pods, writes by kind, PUTs and 409s, claim, acquire and release
-latencies, writes that gave up with WorkerWriteConflict).
+latencies and lanes' lives, writes that gave up with WorkerWriteConflict).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        self.latency: dict[str, list[float]] = {"claim": [], "acquire": [], "release": []}
+        self.latency: dict[str, list[float]] = {"claim": [], "acquire": [], "release": [],
+                                              "lane": []}
 
     def add(self, key: str, n: int = 1) -> None:
         with self.lock:
@@ -230,7 +231,9 @@ class Server(socketserver.ThreadingTCPServer):
             self.stats.add("pods")
             assignment = Assignment(namespace, job, job_uid, kind, int(partition), int(attempt),
                                     pod, pod_uid)
-            if not self.lane(node, assignment, "" if gpus == "none" else gpus, conn, seconds):
+            devices = "" if gpus == "none" else gpus
+            if not self.stats.timed("lane", lambda: self.lane(node, assignment, devices, conn,
+                                                              seconds)):
                 self.stats.add("killed")
                 return 143
         digest = hashlib.sha256(f"{job_uid}:{partition}".encode()).hexdigest()
