@@ -409,10 +409,8 @@ class Cost:
     etcd_puts: float
     apiserver_events: Mapping[str, float]
     apiserver_event_bytes: Mapping[str, float]
-    # events delivered to the operator by resource (None: no operator ran in the phase), and
-    # where each resource's count came from
+    # events delivered to the operator by resource (None: no operator ran in the phase)
     operator_events: Mapping[str, float] | None
-    event_sources: Mapping[str, str]
     heartbeats: int
     lane_s: float  # mean life of a lane (join to leave); 0 without lanes
     lag_p50_s: float | None
@@ -1230,7 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "apiserver_watch_events_total"),
                 apiserver_event_bytes=delta(before.apiserver, after.apiserver,
                                             "apiserver_watch_events_sizes_sum"),
-                operator_events=events, event_sources=event_sources,
+                operator_events=events,
                 heartbeats=int(standin_stats[system]["counts"].get("heartbeat", 0)),
                 lane_s=float(standin_stats[system]["lane_s"]),
                 lag_p50_s=summary["lag_p50_s"], lag_p99_s=summary["lag_p99_s"]).figures())

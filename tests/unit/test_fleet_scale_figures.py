@@ -90,7 +90,7 @@ def cost(**overrides: Any) -> fs.Cost:
         "apiserver_events": {"workerstatuses": 20.0},
         "apiserver_event_bytes": {"workerstatuses": 40000.0},
         "operator_events": {"pods": 6.0, "workerstatuses": 10.0},
-        "event_sources": {"pods": "Kopf streams"}, "heartbeats": 2, "lane_s": 3.0,
+        "heartbeats": 2, "lane_s": 3.0,
         "lag_p50_s": 0.2, "lag_p99_s": 0.9}
     return fs.Cost(**(values | overrides))
 
