@@ -803,9 +803,13 @@ def _per_attempt(result: Obj) -> None:
          total(fk, "writes", who=own_writer(KUZK)), total(fj, "writes", who=own_writer(JOB)))
     _row("  every component but the harness (bench)", total(fk, "writes", who=system_side),
          total(fj, "writes", who=system_side))
+    print("  API reads by component (get, list, watch starts; audited for these two only)")
+    for who in (OPERATOR, PROVERS):
+        _row(f"  {who}", total(fk, "reads", who=who.__eq__), total(fj, "reads", who=who.__eq__))
     ws_writes = total(fk, "writes", call=on_workerstatus)
     ws_goal = GOALS["ws_writes_per_attempt"]
-    _row("WorkerStatus writes", ws_writes, total(fj, "writes", call=on_workerstatus),
+    _row("WorkerStatus writes (PUTs, those answered 409 too)", ws_writes,
+         total(fj, "writes", call=on_workerstatus),
          f"<= {ws_goal:g}: {_verdict(ws_writes <= ws_goal)}")
     ws_409 = total(fk, "409", call=on_workerstatus)
     c_goal = GOALS["ws_conflicts_per_attempt"]
@@ -920,9 +924,9 @@ def _projection(result: Obj) -> None:
     size = by_prefix(fk, "apiserver_event_bytes").get(WORKERSTATUS, 0.0)
     print("  what grows with what (the rest is per attempt, and so scales with attempts/s):")
     print(f"  - with lanes: the writers of one WorkerStatus (every lane of a node while one object"
-          f" holds a node, a GPU's lanes with one per GPU), so its 409s (here "
-          f"{total(fk, '409', call=on_workerstatus):.2f} per attempt), and the lanes that wait "
-          f"for a GPU's phase; the writes per attempt do not")
+          f" holds a node, a GPU's lanes with one per GPU), so its 409s and the writes tried "
+          f"again after them (here {total(fk, '409', call=on_workerstatus):.2f} per attempt), "
+          f"and the lanes that wait for a GPU's phase; a lane's own writes per attempt do not")
     print(f"  - with GPUs per node (and lanes) while one object holds a node: the bytes of each "
           f"WorkerStatus write and of each of its events to every watcher (here "
           f"{_fmt(_ratio(size, sent), '.0f')} bytes a workerstatuses event, "
