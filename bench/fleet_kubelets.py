@@ -11,10 +11,13 @@ kubelet whose watch has fallen behind. ``NodeKubelet`` is the test kubelet watch
 node's pods (``spec.nodeName``, as a real kubelet does) and reading the events as raw JSON.
 
     python bench/fleet_kubelets.py --kubeconfig K --server URL --ca-cert F --workdir D \\
-        --nodes 64 --gpus 8
+        --nodes 64 --gpus 8 [--replicas 1]
 
-Node names are ``fleet-n00`` and up. It prints ``READY`` once every node is registered and
-runs until SIGTERM, then stops every pod and deletes its nodes.
+Node names are ``fleet-n00`` and up. With ``--replicas`` N each physical GPU is advertised as N
+``nvidia.com/gpu`` (the device plugin's time-slicing replicas, ``NodeSpec.replicas``): N pods
+share a GPU as its lanes. The kubeconfig is the kubelets' own identity, so that the API
+server's audit log tells their writes from everyone else's. It prints ``READY`` once every
+node is registered and runs until SIGTERM, then stops every pod and deletes its nodes.
 """
 
 from __future__ import annotations
@@ -87,12 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, required=True, help="pods' folders go here")
     parser.add_argument("--nodes", type=int, required=True, help="GPU nodes")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs per node")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="time-slicing replicas per GPU: pods that share it (default 1)")
     args = parser.parse_args(argv)
-    if min(args.nodes, args.gpus) < 1:
-        parser.error("--nodes and --gpus must be at least 1")
+    if min(args.nodes, args.gpus, args.replicas) < 1:
+        parser.error("--nodes, --gpus and --replicas must be at least 1")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    specs = [NodeSpec(name, gpus=args.gpus) for name in node_names(args.nodes)]
+    specs = [NodeSpec(name, gpus=args.gpus, replicas=args.replicas)
+             for name in node_names(args.nodes)]
     kubelets: list[ProcessKubelet] = []
     try:
         for spec in specs:

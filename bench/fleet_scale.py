@@ -1,36 +1,68 @@
 """The kuzk operator at fleet scale, against the Indexed Job controller, on one control plane.
 
-Why: the operator's cost must not grow with every event of a fleet (issue 12). This run
-counts what it spends per partition, from the API server's own audit log, and races it
-against the batch/v1 Job controller running the same pods in the same run.
+Why: a partition must cost the API server and the operator what a Job's pod costs, not more
+(issues 12 and 28). This run counts what each system spends per partition attempt, from the
+API server's audit log, the control plane's own /metrics and /proc, racing kuzk against the
+batch/v1 Job controller running the same pods in the same run; then it carries those counts
+to a fleet of 10,000 GPUs.
 
-How: one test control plane (etcd, kube-apiserver with an audit policy at Metadata level for
-the operator's ServiceAccount only, kube-controller-manager with its job controller,
-kube-scheduler) and a process kubelet with ``--nodes`` x ``--gpus`` GPU nodes. The operator
-runs as a process under its own ServiceAccount, bound to the chart's operator ClusterRole.
+How: one test control plane (etcd, kube-apiserver, kube-controller-manager with its job
+controller, kube-scheduler) and process kubelets (``bench/fleet_kubelets.py``) with
+``--nodes`` x ``--gpus`` GPU nodes, each GPU advertised as ``--lanes`` time-slicing replicas
+(the device plugin's ``replicas``): that many partition pods share a GPU as its lanes. The
+operator, the provers and the kubelets each run under a ServiceAccount of their own (the
+operator's bound to the chart's operator ClusterRole, the provers' to the prover's), so that
+the audit log, at Metadata level for every write and for all of the operator's and the
+provers' requests, tells whose each write is; kube-controller-manager's controllers and the
+scheduler are told by their user agents, the harness's own creates and deletes are "bench".
 Partition pods run a stand-in prover (``bench/fleet_standin.py``): one process serves every
-pod through kuzk's real WorkerStatus protocol (claim, stage writes, heartbeats, release) and
-each partition works 0.5-2 s instead of proving. ``--jobs`` ProofJobs of the four kinds in
-turn (winning-post, snap-update, window-post, porep-c2; partitions by kind) are created at
-once; when all have finished, they are deleted, the operator is stopped, and the
-same number of Indexed Jobs (twins from ``bench/twins.py``: pods from kuzk's own pod builder)
-run the same way. ``--job-first`` runs the Jobs first, then starts the operator again (a
-fresh process) for the ProofJobs. ``--rounds N`` runs both N times, each round in the reverse
-order of the one before, and takes the median of the rounds' ratios: on two cores one round's
-times move by a fifth from run to run.
+kuzk pod through kuzk's real lane protocol (join, stage writes, the GPU phase acquired and
+released, one holder per GPU at a time, heartbeats while kuzk has them, leave) and each
+partition works 0.5-2 s instead of proving; the Jobs' pods only work, as a Job's pod reports
+to no WorkerStatus. ``--jobs`` ProofJobs of the four kinds in turn (winning-post,
+snap-update, window-post, porep-c2; partitions by kind) are created at once; when all have
+finished, they are deleted, the operator is stopped, and the same number of Indexed Jobs
+(twins from ``bench/twins.py``: pods from kuzk's own pod builder) run the same way.
+``--job-first`` runs the Jobs first, then starts the operator again (a fresh process) for the
+ProofJobs. ``--rounds N`` runs both N times, each round in the reverse order of the one
+before, and reports the median of the rounds' figures: on two cores one round's times move
+by a fifth from run to run.
 
-Reported per system: partitions/s from the first create to the last job finished, and the
-ratio; the p50/p99 lag from a partition pod's Succeeded (as a watch sees it) to its job's
-status showing the partition done (ProofJob status.partitions; Job completedIndexes). For
-the operator: API requests per partition attempt by verb and resource, LISTs per sync (a
-sync is one pass of ``reconcile``, counted by ``bench/counted_operator.py``, the wrapper the
-operator runs under), its CPU seconds and peak RSS. Goals from issue 12 are printed beside each.
+Reported per system, per partition attempt (a pod that ran; its count is the divisor):
 
-    .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--jobs 200] [--rounds 1]
-        [--job-first] [--json out]
+* API writes (create, update, patch, delete) by component (operator, provers, kubelet,
+  scheduler, kube-controller-manager's controllers by name, bench) and resource, and the 409
+  Conflicts among them (the audit log's responseStatus);
+* watch events delivered to the operator by resource: the operator's own
+  ``kuzk_operator_watch_events_total`` on its ``/metrics`` where it exports it, else the
+  events of its Kopf streams (``bench/counted_operator.py``); the audit log sees a watch
+  start, never its events. Beside them the API server's ``apiserver_watch_events_total``,
+  which counts the events sent to every watcher (kubelets, controllers, this harness too);
+* CPU milliseconds of every process (the operator, kube-apiserver, etcd, the controllers,
+  the kubelets, the stand-in), from /proc before and after the phase;
+* etcd bytes written: ``etcd_disk_wal_write_bytes_total`` from etcd's own /metrics, the bytes
+  its write-ahead log took (every change is written there whole before it is applied;
+  the database file's size, ``etcd_mvcc_db_total_size_in_bytes``, moves with compaction,
+  not with writes), and its puts (``etcd_mvcc_put_total``);
+* heartbeat writes (the stand-in's count: writes that only say a lane is alive, zero once a
+  lane writes only when its stage changes), and writes that gave up (WorkerWriteConflict);
+* the status lag p50/p99, from a partition pod's Succeeded (as a watch sees it) to its job's
+  status showing the partition done (ProofJob status.partitions; Job completedIndexes).
+
+Then the comparisons the issue asks for: operator CPU per attempt against
+kube-controller-manager's per Job pod, kube-apiserver CPU per attempt for kuzk's whole system
+against the Job run's, lag p99 against the Job controller's; and a projection of the
+per-attempt counts to 10,000 GPUs x 2 lanes with 60 s partitions (``FLEET``): writes/s,
+operator events/s, operator cores and API server cores, each beside its goal (``GOALS``), with
+which counts grow with lanes, with GPUs per node and with partition length. For the operator
+also (issue 12): its requests per attempt by verb, LISTs per sync (a sync is one pass of
+``reconcile``, counted by ``bench/counted_operator.py``) and its peak RSS.
+
+    .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
+        [--rounds 1] [--job-first] [--json out]
 
 Needs the control-plane binaries (``bash tests/testenv/build``). Wall-clock figures move with
-the machine's load, printed with them; the counts per partition are the point.
+the machine's load, printed with them; the counts per attempt are the point.
 """
 
 from __future__ import annotations
@@ -40,14 +72,16 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -57,9 +91,10 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 import kuzk
-from kuzk import api
+from kuzk import api, workers
 from kuzk.pods import PodSettings
 from kuzk.ranges import expand
 
@@ -73,20 +108,52 @@ from follow import Follow, start_all  # noqa: E402
 from twins import COMPLETION_INDEX, JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from tests.testenv.cluster import Cluster, chart_objects, install_kuzk  # noqa: E402
-from tests.testenv.controlplane import ControlPlane, stop_group  # noqa: E402
+from tests.testenv.controlplane import ControlPlane, free_port, stop_group  # noqa: E402
 from tests.testenv.waiting import wait_for  # noqa: E402
 
 KINDS = ("winning-post", "snap-update", "window-post", "porep-c2")
 SYSTEM_NS, KUZK_NS, JOB_NS = "kuzk-bench", "fleet-kuzk", "fleet-job"
 RELEASE = "bench"  # the chart's objects are named <release>-kuzk-...
-PROVER_SA = "kuzk-prover"
+PROVER_SA, KUBELET_SA = "kuzk-prover", "bench-kubelet"
 IMAGE = "kuzk-standin:bench"
 DEADLINE_S = 3600  # every job gets it, so no kind's default deadline (25 s) ends a queued job
 CREATORS = 8
 KUZK, JOB = "kuzk", "job"
-GOALS = {"requests_per_attempt": 8.0, "lists_per_sync": 0.0, "lag_p99_s": 2.0,
-         "completion_ratio": 1.0, "rss_mb": 400.0}
+OPERATOR, PROVERS, KUBELET = "operator", "provers", "kubelet"
+SCHEDULER, BENCH = "scheduler", "bench"
+JOB_CONTROLLER = "kcm/job-controller"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+WORKERSTATUS = api.WORKERSTATUS_PLURAL
+# Goals: issue 12's for the operator's requests, issue 28's for the costs per attempt and the
+# fleet projection.
+GOALS = {"requests_per_attempt": 8.0, "lists_per_sync": 0.0, "completion_ratio": 1.0,
+         "rss_mb": 400.0, "ws_writes_per_attempt": 6.0, "ws_conflicts_per_attempt": 0.3,
+         "heartbeats_per_attempt": 0.0, "operator_cpu_vs_kcm": 1.5,
+         "apiserver_cpu_vs_job": 2.0, "fleet_writes_per_s": 1000.0,
+         "fleet_operator_cores": 1.0}
+# kuzk's own heartbeat interval, which the projection carries heartbeats at (None: kuzk has
+# no heartbeat writes any more).
+KUZK_HEARTBEAT_S: float | None = getattr(workers, "HEARTBEAT_INTERVAL_S", None)
+OPERATOR_WATCH_EVENTS = "kuzk_operator_watch_events_total"
 Obj = dict[str, Any]
+Figures = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The fleet the per-attempt counts are carried to."""
+
+    gpus: int = 10_000
+    lanes: int = 2
+    partition_s: float = 60.0
+
+    @property
+    def attempts_per_s(self) -> float:
+        """Every lane of every GPU starts a partition each ``partition_s``."""
+        return self.gpus * self.lanes / self.partition_s
+
+
+FLEET = Fleet()
 
 
 # --- one phase: N jobs of one system, watched from the create calls to the last finish -------
@@ -173,39 +240,139 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-# --- the operator's side: identity, process, CPU, memory, audit ------------------------------
-def audit_policy(user: str) -> Obj:
+
+
+# --- identities, the audit log and whose each request is -------------------------------------
+def service_account(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def audit_policy(users: Iterable[str]) -> Obj:
+    """Metadata for every request of ``users`` (the operator's and the provers': their reads
+    are counted too) and for every write of anyone; nothing else."""
     return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
             "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Metadata", "users": [user]}, {"level": "None"}]}
+            "rules": [{"level": "Metadata", "users": sorted(users)},
+                      {"level": "Metadata", "verbs": sorted(WRITE_VERBS)},
+                      {"level": "None"}]}
 
 
-def operator_rbac(cluster: Cluster) -> tuple[list[Obj], str]:
-    """The chart's operator ClusterRole and binding for release RELEASE in SYSTEM_NS, and the
-    ServiceAccount the binding names."""
-    objects = chart_objects(cluster, "operator-rbac.yaml", RELEASE, SYSTEM_NS)
-    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
-    return objects, str(binding["subjects"][0]["name"])
+def component(event: Mapping[str, Any], users: Mapping[str, str], admin: str) -> str:
+    """Whose request an audit event is: the component of a user in ``users``, else a
+    kube-controller-manager controller (``kcm/<name>``, from the user agent its client builder
+    gives each controller) or the scheduler, else the harness (``admin``'s other requests:
+    creating and deleting the jobs), else the user's own name."""
+    user = str((event.get("user") or {}).get("username", "?"))
+    if user in users:
+        return users[user]
+    agent = str(event.get("userAgent") or "")
+    program = agent.split("/", 1)[0]
+    if program == "kube-controller-manager":
+        parts = agent.rsplit(" ", 1)[-1].split("/")  # kubernetes/<commit>/<controller>
+        return f"kcm/{parts[2]}" if len(parts) > 2 else "kcm"
+    if program == "kube-scheduler":
+        return SCHEDULER
+    if user.startswith("system:serviceaccount:kube-system:"):
+        return f"kcm/{user.rsplit(':', 1)[1]}"
+    return BENCH if user == admin else user
 
 
-def token_kubeconfig(cluster: Cluster, namespace: str, sa: str, path: Path) -> Path:
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=4 * 3600))
-    token = cluster.core.create_namespaced_service_account_token(sa, namespace, request)
-    user = f"system:serviceaccount:{namespace}:{sa}"
-    path.write_text(yaml.safe_dump(cluster.plane.kubeconfig_for(user,
-                                                                {"token": token.status.token})))
-    path.chmod(0o600)
-    return path
+@dataclass
+class Calls:
+    """API requests in one window of the audit log: by component and call ("verb resource",
+    a subresource after a slash), and the 409 Conflicts among them."""
+
+    calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    conflicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, other: Calls, who: str) -> None:
+        """Add ``other``'s requests of component ``who``."""
+        for key, n in other.calls.items():
+            if key[0] == who:
+                self.calls[key] += n
+        for key, n in other.conflicts.items():
+            if key[0] == who:
+                self.conflicts[key] += n
+
+    def of(self, who: str) -> Counter[str]:
+        return Counter({call: n for (c, call), n in self.calls.items() if c == who})
+
+    def add_event(self, event: Mapping[str, Any], who: str) -> None:
+        verb = str(event["verb"])
+        if event["stage"] != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
+            return
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "?") + (
+            f"/{ref['subresource']}" if ref.get("subresource") else "")
+        key = (who, f"{verb} {resource}")
+        self.calls[key] += 1
+        if (event.get("responseStatus") or {}).get("code") == 409:
+            self.conflicts[key] += 1
+
+    @classmethod
+    def read(cls, log: Path, start: int, end: int, users: Mapping[str, str],
+             admin: str) -> Calls:
+        out = cls()
+        with log.open("rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+        for line in data.splitlines():
+            event = json.loads(line)
+            out.add_event(event, component(event, users, admin))
+        return out
 
 
-def read_syncs(path: Path) -> int | None:
-    """The operator's sync count so far (bench/counted_operator.py), None before its first
+def is_write(call: str) -> bool:
+    return call.split(" ", 1)[0] in WRITE_VERBS
+
+
+def on_workerstatus(call: str) -> bool:
+    return call.split(" ", 1)[-1].split("/")[0] == WORKERSTATUS
+
+
+# --- the control plane's own counters: /metrics and /proc --------------------------------------
+def scrape(url: str, context: ssl.SSLContext | None = None) -> dict[str, Counter[str]]:
+    """A /metrics page as sample name -> {label values joined by ',': value}."""
+    with urllib.request.urlopen(url, timeout=30, context=context) as response:
+        text = response.read().decode()
+    return parse_metrics(text)
+
+
+def parse_metrics(text: str) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name][_label_key(sample.labels)] += sample.value
+    return dict(out)
+
+
+def _label_key(labels: Mapping[str, str]) -> str:
+    """The resource a sample is about when it names one, else all its label values."""
+    for name in ("resource", "plural", "kind"):
+        if name in labels:
+            return labels[name]
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def delta(before: Mapping[str, Counter[str]], after: Mapping[str, Counter[str]],
+          name: str) -> Counter[str]:
+    """How much each labelled sample of ``name`` grew (counters only grow)."""
+    grown = Counter(after.get(name, Counter()))
+    grown.subtract(before.get(name, Counter()))
+    return grown
+
+
+def read_counts(path: Path) -> Obj | None:
+    """The operator's counts so far (bench/counted_operator.py), None before its first
     report."""
     try:
-        return int(path.read_text())
+        return dict(json.loads(path.read_text()))
     except FileNotFoundError:
         return None
+
+
+def rewritten(path: Path, since_ns: int) -> bool:
+    return path.stat().st_mtime_ns != since_ns
 
 
 def cpu_seconds(pid: int, *, children: bool = False) -> float:
@@ -229,39 +396,158 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+# --- what one phase cost, per attempt; medians of rounds; the fleet -----------------------------
 @dataclass
-class Requests:
-    """The operator's API requests in one window of the audit log."""
+class Cost:
+    """What one phase of one system cost the control plane, as counted."""
 
-    by_verb: Counter[str] = field(default_factory=Counter)
-    by_call: Counter[str] = field(default_factory=Counter)
-    conflicts: int = 0
+    system: str
+    attempts: int
+    calls: Calls
+    cpu_s: Mapping[str, float]
+    etcd_wal_bytes: float
+    etcd_puts: float
+    apiserver_events: Mapping[str, float]
+    apiserver_event_bytes: Mapping[str, float]
+    # events delivered to the operator by resource (None: no operator ran in the phase)
+    operator_events: Mapping[str, float] | None
+    heartbeats: int
+    lane_s: float  # mean life of a lane (join to leave); 0 without lanes
+    lag_p50_s: float | None
+    lag_p99_s: float | None
 
-    def add(self, other: Requests) -> None:
-        self.by_verb.update(other.by_verb)
-        self.by_call.update(other.by_call)
-        self.conflicts += other.conflicts
-
-    @classmethod
-    def read(cls, log: Path, start: int, end: int) -> Requests:
-        out = cls()
-        with log.open("rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
-        for line in data.splitlines():
-            event = json.loads(line)
-            verb = event["verb"]
-            if event["stage"] != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
-                continue
-            ref = event.get("objectRef") or {}
-            resource = ref.get("resource", "?") + (
-                f"/{ref['subresource']}" if ref.get("subresource") else "")
-            out.by_verb[verb] += 1
-            out.by_call[f"{verb} {resource}"] += 1
-            out.conflicts += (event.get("responseStatus") or {}).get("code") == 409
+    def figures(self) -> Figures:
+        """Per attempt, flat: ``writes|<component>|<call>``, ``409|<component>|<call>``,
+        ``reads|<component>|<call>``, ``cpu_ms|<process>``, ``events|<resource>`` (the
+        operator's), ``apiserver_events|<resource>`` (all watchers'),
+        ``apiserver_event_bytes|<resource>``, ``etcd_wal_bytes``, ``etcd_puts``,
+        ``heartbeats``; and, not per attempt, ``attempts``, ``lane_s``, ``lag_p50_s`` and
+        ``lag_p99_s`` (when there were lags)."""
+        n = max(self.attempts, 1)
+        out: Figures = {"attempts": float(self.attempts), "lane_s": self.lane_s,
+                        "etcd_wal_bytes": self.etcd_wal_bytes / n,
+                        "etcd_puts": self.etcd_puts / n, "heartbeats": self.heartbeats / n}
+        for (who, call), count in self.calls.calls.items():
+            out[f"{'writes' if is_write(call) else 'reads'}|{who}|{call}"] = count / n
+        for (who, call), count in self.calls.conflicts.items():
+            out[f"409|{who}|{call}"] = count / n
+        for process, seconds in self.cpu_s.items():
+            out[f"cpu_ms|{process}"] = seconds * 1000 / n
+        for resource, count in (self.operator_events or {}).items():
+            out[f"events|{resource}"] = count / n
+        for resource, count in self.apiserver_events.items():
+            out[f"apiserver_events|{resource}"] = count / n
+        for resource, size in self.apiserver_event_bytes.items():
+            out[f"apiserver_event_bytes|{resource}"] = size / n
+        for name, lag in (("lag_p50_s", self.lag_p50_s), ("lag_p99_s", self.lag_p99_s)):
+            if lag is not None:
+                out[name] = lag
         return out
 
 
+def medians(rounds: list[Figures]) -> Figures:
+    """Each figure's median over the rounds; a figure a round lacks is 0 in it (no such call
+    was made), except the lags, taken from the rounds that have them."""
+    keys = {k for figures in rounds for k in figures}
+    out: Figures = {}
+    for key in keys:
+        if key.startswith("lag_"):
+            values = [f[key] for f in rounds if key in f]
+        else:
+            values = [f.get(key, 0.0) for f in rounds]
+        if values:
+            out[key] = statistics.median(values)
+    return out
+
+
+def total(figures: Mapping[str, float], kind: str, *,
+          who: Callable[[str], bool] = lambda _: True,
+          call: Callable[[str], bool] = lambda _: True) -> float:
+    """The sum of the ``kind|<component>|<call>`` figures whose component and call match."""
+    out = 0.0
+    for key, value in figures.items():
+        parts = key.split("|")
+        if len(parts) == 3 and parts[0] == kind and who(parts[1]) and call(parts[2]):
+            out += value
+    return out
+
+
+def by_prefix(figures: Mapping[str, float], kind: str) -> dict[str, float]:
+    """The ``kind|<name>`` figures by name."""
+    return {k.split("|", 1)[1]: v for k, v in figures.items()
+            if k.startswith(f"{kind}|") and k.count("|") == 1}
+
+
+def kuzk_own(who: str) -> bool:
+    """The writers kuzk adds to a cluster: the operator and the provers."""
+    return who in (OPERATOR, PROVERS)
+
+
+def system_side(who: str) -> bool:
+    """Every writer but the harness (its creates and deletes of the jobs are the user's)."""
+    return who != BENCH
+
+
+def heartbeats_at(heartbeats: float, partition_s: float, kuzk_interval_s: float | None) -> float:
+    """Heartbeat writes per attempt in a partition of ``partition_s`` seconds when the run
+    measured ``heartbeats`` per attempt: none if it measured none (kuzk writes only when a
+    stage changes) or kuzk has no interval any more, else one per kuzk interval while the lane
+    lives, as the reporter beats (the run's own count is no guide: its lanes are short, and
+    on two cores its heartbeats queue behind the other writes). They grow with the
+    partition's length."""
+    if heartbeats <= 0 or kuzk_interval_s is None:
+        return 0.0
+    return partition_s / kuzk_interval_s
+
+
+def own_writer(system: str) -> Callable[[str], bool]:
+    """The writers a system adds to a cluster: kuzk's operator and provers; the Job
+    controller."""
+    return kuzk_own if system == KUZK else (lambda who: who == JOB_CONTROLLER)
+
+
+CONTROLLER_PROCESS = {KUZK: OPERATOR, JOB: "kube-controller-manager"}
+
+
+def projection(figures: Mapping[str, float], system: str, fleet: Fleet, *,
+               kuzk_heartbeat_s: float | None) -> dict[str, float]:
+    """A system's per-attempt counts carried to ``fleet``: arithmetic, no model. Heartbeats
+    are carried to the fleet's partition length and kuzk's interval (they grow with time, not
+    with attempts), as are their events at the operator (one each); the rest is per attempt
+    times the fleet's attempts per second. CPU figures are as measured (each includes the
+    heartbeats of the run). The controller is kuzk's operator, or the Job run's
+    kube-controller-manager (its job controller and the rest)."""
+    rate = fleet.attempts_per_s
+    measured_hb = figures.get("heartbeats", 0.0)
+    fleet_hb = heartbeats_at(measured_hb, fleet.partition_s, kuzk_heartbeat_s)
+    own = total(figures, "writes", who=own_writer(system)) - measured_hb + fleet_hb
+    every = total(figures, "writes", who=system_side) - measured_hb + fleet_hb
+    events = sum(by_prefix(figures, "events").values())
+    return {"attempts_per_s": rate, "heartbeats_per_attempt": fleet_hb,
+            "own_writes_per_s": max(own, 0.0) * rate,
+            "all_writes_per_s": max(every, 0.0) * rate,
+            "controller_events_per_s": max(events - measured_hb + fleet_hb, 0.0) * rate
+            if events else 0.0,
+            "controller_cores": figures.get(f"cpu_ms|{CONTROLLER_PROCESS[system]}", 0.0)
+            * rate / 1000,
+            "apiserver_cores": figures.get("cpu_ms|kube-apiserver", 0.0) * rate / 1000,
+            "etcd_wal_mb_per_s": figures.get("etcd_wal_bytes", 0.0) * rate / 1e6}
+
+
+def operator_events(kopf: Mapping[str, float], own: Mapping[str, float] | None,
+                    ) -> tuple[dict[str, float], dict[str, str]]:
+    """Watch events delivered to the operator by resource, and where each count came from:
+    its own ``/metrics`` counter for the resources it names there (``own``; None when the
+    operator exports no such counter), its Kopf streams' for the rest. One source per
+    resource, so nothing is counted twice."""
+    counts: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for resource, n in (own or {}).items():
+        counts[resource], sources[resource] = n, OPERATOR_WATCH_EVENTS
+    for resource, n in kopf.items():
+        if resource not in counts:
+            counts[resource], sources[resource] = n, "Kopf streams"
+    return counts, sources
 @contextlib.contextmanager
 def process(argv: list[str], env: dict[str, str], log: Path, stdout: int | None = None,
             grace: float = 20) -> Iterator[subprocess.Popen[bytes]]:
@@ -292,6 +578,36 @@ def bind_prover_role(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
 
 
+def bind_kubelet(cluster: Cluster) -> None:
+    """The kubelets' own identity: cluster-admin, as the test kubelet's admin kubeconfig is;
+    its name is what the audit log tells their writes by."""
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "bench-kubelet"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "cluster-admin"},
+               "subjects": [{"kind": "ServiceAccount", "name": KUBELET_SA,
+                             "namespace": SYSTEM_NS}]}
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
+
+
+def operator_rbac(cluster: Cluster) -> tuple[list[Obj], str]:
+    """The chart's operator ClusterRole and binding for release RELEASE in SYSTEM_NS, and the
+    ServiceAccount the binding names."""
+    objects = chart_objects(cluster, "operator-rbac.yaml", RELEASE, SYSTEM_NS)
+    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
+    return objects, str(binding["subjects"][0]["name"])
+
+
+def token_kubeconfig(cluster: Cluster, namespace: str, sa: str, path: Path) -> Path:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=4 * 3600))
+    token = cluster.core.create_namespaced_service_account_token(sa, namespace, request)
+    path.write_text(yaml.safe_dump(cluster.plane.kubeconfig_for(
+        service_account(namespace, sa), {"token": token.status.token})))
+    path.chmod(0o600)
+    return path
+
+
 def ready_nodes(cluster: Cluster) -> set[str]:
     return {n.metadata.name for n in cluster.core.list_node().items
             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
@@ -310,6 +626,12 @@ def check_nodes(cluster: Cluster, names: set[str], phase: str) -> int:
 def worker_statuses(custom: client.CustomObjectsApi) -> list[Obj]:
     listing = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
     return list(listing.get("items", []))
+
+
+def nodes_with_worker_status(custom: client.CustomObjectsApi) -> set[str]:
+    """The nodes that have their WorkerStatus (one per node, or one per GPU of it)."""
+    return {str((ws.get("spec") or {}).get("nodeName") or ws["metadata"]["name"])
+            for ws in worker_statuses(custom)}
 
 
 def stale_writes(custom: client.CustomObjectsApi) -> int:
@@ -383,9 +705,24 @@ def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
     return phase
 
 
+
+
 # --- report ----------------------------------------------------------------------------------
 def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _verdict(ok: bool | None) -> str:
+    return "unknown" if ok is None else "met" if ok else "MISSED"
+
+
+def _row(label: str, k: float | None, j: float | None, goal: str = "",
+         spec: str = ".2f") -> None:
+    print(f"  {label:<52} {_fmt(k, spec):>10} {_fmt(j, spec):>10}  {goal}")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def report(result: Obj) -> None:
@@ -418,65 +755,215 @@ def report(result: Obj) -> None:
     median = " (median of the rounds)" if rounds > 1 else ""
     print(f"\ncompletion-time ratio kuzk/job{median} {ratio:.2f} "
           f"(goal <= {GOALS['completion_ratio']}): "
-          f"{'met' if ratio <= GOALS['completion_ratio'] else 'MISSED'}; "
+          f"{_verdict(ratio <= GOALS['completion_ratio'])}; "
           f"partitions/s ratio kuzk/job {1 / ratio:.2f}")
-    lag = k["lag_p99_s"]
-    print(f"ProofJob status lag p99 {_fmt(lag)} s (goal < {GOALS['lag_p99_s']}): "
-          f"{'met' if lag is not None and lag < GOALS['lag_p99_s'] else 'MISSED'}")
-    attempts = op["attempts"]
-    print(f"\noperator API requests during the ProofJob phases (audit log, user {op['user']}),"
-          f" per partition attempt ({attempts} attempts)")
-    for verb, n in sorted(op["by_verb"].items(), key=lambda kv: -kv[1]):
-        print(f"  {verb:<8} {n:>7} {n / attempts:>8.2f}")
-    print("  by call:")
-    for call, n in sorted(op["by_call"].items(), key=lambda kv: -kv[1]):
-        print(f"    {call:<40} {n:>7} {n / attempts:>8.2f}")
-    total = op["requests_per_attempt"]
-    print(f"  total {sum(op['by_verb'].values())} = {total:.2f} per attempt "
-          f"(goal <= {GOALS['requests_per_attempt']:.0f}): "
-          f"{'met' if total <= GOALS['requests_per_attempt'] else 'MISSED'}; "
-          f"409 answers {op['conflicts']}")
-    lps = op["lists_per_sync"]
-    print(f"  LISTs {op['by_verb'].get('list', 0)}, syncs {op['syncs']} (reconcile passes): "
-          f"LISTs per sync {_fmt(lps)} (goal 0): "
-          f"{'met' if lps == 0 else 'MISSED' if lps is not None else 'unknown'}")
-    print(f"operator CPU {op['cpu_s']:.1f} s during the ProofJob phases; peak RSS "
-          f"{op['peak_rss_mb']:.0f} MB (goal < {GOALS['rss_mb']:.0f}): "
-          f"{'met' if op['peak_rss_mb'] < GOALS['rss_mb'] else 'MISSED'}")
+    _per_attempt(result)
+    _comparisons(result)
+    _operator_requests(op)
+    _projection(result)
     cpu = result["cpu_s"]
     names = sorted({n for phase in cpu.values() for n in phase})
-    print("\nCPU seconds by process during each phase (2 cores: what one system spends, the "
+    print("\nCPU seconds by process, all rounds (2 cores: what one system spends, the "
           "other's pods wait for)")
     print(f"{'process':<24} {'kuzk':>8} {'job':>8}")
     for name in names:
         print(f"{name:<24} {cpu[KUZK].get(name, 0.0):>8.1f} {cpu[JOB].get(name, 0.0):>8.1f}")
     print(f"{'total':<24} {sum(cpu[KUZK].values()):>8.1f} {sum(cpu[JOB].values()):>8.1f}")
-    sw = result["standin"]
-    print(f"\nstand-in prover (one process, kuzk_prover.reporter's ProverReporter)\n"
-          f"  ProofJobs: {sw['summary']}\n  Jobs:      {result['standin_job']['summary']}")
+    print(f"\nstand-in prover (one process, kuzk_prover.reporter's ProverReporter), the last "
+          f"round\n  ProofJobs: {result['standin']['summary']}\n"
+          f"  Jobs:      {result['standin_job']['summary']}")
     stale = result["stale_writes_refused"]
     print(f"stale writes refused (the WorkerStatuses' staleWritesRejected, every writer): "
           f"{stale[KUZK]} in the ProofJob phases, {stale[JOB]} in the Job phases")
 
 
+def _per_attempt(result: Obj) -> None:
+    fk, fj = result["per_attempt"][KUZK], result["per_attempt"][JOB]
+    rounds = result["rounds"]
+    print(f"\nper partition attempt{f' (median of {rounds} rounds)' if rounds > 1 else ''}; "
+          f"{result['nodes']} nodes x {result['gpus']} GPUs x {result['lanes']} lanes")
+    print(f"  {'':<52} {'kuzk':>10} {'job':>10}  goal (issue 28)")
+    _row("attempts (pods that ran)", fk.get("attempts"), fj.get("attempts"), spec=".0f")
+    print("  API writes by component and resource (audit log)")
+    writers = sorted({key.split("|")[1] for f in (fk, fj) for key in f
+                      if key.startswith("writes|")})
+    for who in writers:
+        calls = sorted({key.split("|")[2] for f in (fk, fj) for key in f
+                        if key.startswith(f"writes|{who}|")},
+                       key=lambda c: -(fk.get(f"writes|{who}|{c}", 0.0)
+                                       + fj.get(f"writes|{who}|{c}", 0.0)))
+        for call in calls:
+            key = f"writes|{who}|{call}"
+            _row(f"  {who:<20} {call}", fk.get(key, 0.0), fj.get(key, 0.0))
+    print("  API writes by component")
+    for who in writers:
+        _row(f"  {who}", total(fk, "writes", who=who.__eq__),
+             total(fj, "writes", who=who.__eq__))
+    _row("  own: kuzk's operator+provers / the job controller",
+         total(fk, "writes", who=own_writer(KUZK)), total(fj, "writes", who=own_writer(JOB)))
+    _row("  every component but the harness (bench)", total(fk, "writes", who=system_side),
+         total(fj, "writes", who=system_side))
+    print("  API reads by component (get, list, watch starts; audited for these two only)")
+    for who in (OPERATOR, PROVERS):
+        _row(f"  {who}", total(fk, "reads", who=who.__eq__), total(fj, "reads", who=who.__eq__))
+    ws_writes = total(fk, "writes", call=on_workerstatus)
+    ws_goal = GOALS["ws_writes_per_attempt"]
+    _row("WorkerStatus writes (PUTs, those answered 409 too)", ws_writes,
+         total(fj, "writes", call=on_workerstatus),
+         f"<= {ws_goal:g}: {_verdict(ws_writes <= ws_goal)}")
+    ws_409 = total(fk, "409", call=on_workerstatus)
+    c_goal = GOALS["ws_conflicts_per_attempt"]
+    _row("WorkerStatus 409 Conflicts", ws_409, total(fj, "409", call=on_workerstatus),
+         f"<= {c_goal:g}: {_verdict(ws_409 <= c_goal)}")
+    print("  409 Conflicts by component and call (audit log's responseStatus)")
+    conflicted = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
+                         if key.startswith("409|")})
+    for who_call in conflicted:
+        who, call = who_call.split("|")
+        _row(f"  {who:<20} {call}", fk.get(f"409|{who_call}", 0.0),
+             fj.get(f"409|{who_call}", 0.0))
+    if not conflicted:
+        print("    none")
+    hb = fk.get("heartbeats", 0.0)
+    _row("heartbeat writes (between stage changes)", hb, fj.get("heartbeats", 0.0),
+         f"0: {_verdict(hb <= GOALS['heartbeats_per_attempt'])}")
+    _row("a lane's life, join to leave (s; not per attempt)", fk.get("lane_s"), None)
+    sources = result["event_sources"]
+    print("  watch events delivered to the operator, by resource (source)")
+    events = by_prefix(fk, "events")
+    for resource, n in sorted(events.items(), key=lambda kv: -kv[1]):
+        _row(f"  {resource} ({sources.get(resource, '?')})", n, None)
+    _row("  all", sum(events.values()) if events else None, None)
+    if not any(s == OPERATOR_WATCH_EVENTS for s in sources.values()):
+        print(f"    the operator exports no {OPERATOR_WATCH_EVENTS}: every count is of its "
+              "Kopf streams (bench/counted_operator.py)")
+    print("  watch events sent to every watcher (apiserver_watch_events_total), by resource")
+    sent_k, sent_j = by_prefix(fk, "apiserver_events"), by_prefix(fj, "apiserver_events")
+    for resource in sorted(set(sent_k) | set(sent_j),
+                           key=lambda r: -(sent_k.get(r, 0.0) + sent_j.get(r, 0.0)))[:8]:
+        _row(f"  {resource}", sent_k.get(resource, 0.0), sent_j.get(resource, 0.0))
+    print("  CPU ms by process (/proc)")
+    cpu_k, cpu_j = by_prefix(fk, "cpu_ms"), by_prefix(fj, "cpu_ms")
+    for process in sorted(set(cpu_k) | set(cpu_j)):
+        _row(f"  {process}", cpu_k.get(process, 0.0), cpu_j.get(process, 0.0), spec=".1f")
+    _row("etcd bytes written (etcd_disk_wal_write_bytes_total)", fk.get("etcd_wal_bytes"),
+         fj.get("etcd_wal_bytes"), spec=".0f")
+    _row("etcd puts (etcd_mvcc_put_total)", fk.get("etcd_puts"), fj.get("etcd_puts"))
+    _row("status lag p50 (s; not per attempt)", fk.get("lag_p50_s"), fj.get("lag_p50_s"))
+    lag_k, lag_j = fk.get("lag_p99_s"), fj.get("lag_p99_s")
+    _row("status lag p99 (s; not per attempt)", lag_k, lag_j,
+         f"<= the Job controller's: "
+         f"{_verdict(None if lag_k is None or lag_j is None else lag_k <= lag_j)}")
+
+
+def _comparisons(result: Obj) -> None:
+    fk, fj = result["per_attempt"][KUZK], result["per_attempt"][JOB]
+    op_cpu, kcm_cpu = fk.get(f"cpu_ms|{OPERATOR}"), fj.get("cpu_ms|kube-controller-manager")
+    r_op = _ratio(op_cpu, kcm_cpu)
+    print("\nagainst kube-controller-manager's job controller")
+    print(f"  operator CPU per attempt {_fmt(op_cpu, '.1f')} ms, kube-controller-manager's per "
+          f"Job pod {_fmt(kcm_cpu, '.1f')} ms: {_fmt(r_op)}x "
+          f"(goal <= {GOALS['operator_cpu_vs_kcm']:g}x): "
+          f"{_verdict(None if r_op is None else r_op <= GOALS['operator_cpu_vs_kcm'])}")
+    api_k, api_j = fk.get("cpu_ms|kube-apiserver"), fj.get("cpu_ms|kube-apiserver")
+    r_api = _ratio(api_k, api_j)
+    print(f"  kube-apiserver CPU per attempt for kuzk's whole system {_fmt(api_k, '.1f')} ms, "
+          f"for the Job run {_fmt(api_j, '.1f')} ms: {_fmt(r_api)}x "
+          f"(goal <= {GOALS['apiserver_cpu_vs_job']:g}x): "
+          f"{_verdict(None if r_api is None else r_api <= GOALS['apiserver_cpu_vs_job'])}")
+    gave_up = result["gave_up"]
+    print(f"  writes that gave up (WorkerWriteConflict), all rounds: {gave_up} (goal 0): "
+          f"{_verdict(gave_up == 0)}")
+
+
+def _operator_requests(op: Obj) -> None:
+    attempts = op["attempts"]
+    print(f"\noperator API requests during the ProofJob phases (audit log, user {op['user']}),"
+          f" per partition attempt ({attempts} attempts, all rounds; issue 12)")
+    for verb, n in sorted(op["by_verb"].items(), key=lambda kv: -kv[1]):
+        print(f"  {verb:<8} {n:>7} {n / attempts:>8.2f}")
+    print("  by call:")
+    for call, n in sorted(op["by_call"].items(), key=lambda kv: -kv[1]):
+        print(f"    {call:<40} {n:>7} {n / attempts:>8.2f}")
+    per = op["requests_per_attempt"]
+    print(f"  total {sum(op['by_verb'].values())} = {per:.2f} per attempt "
+          f"(goal <= {GOALS['requests_per_attempt']:.0f}): "
+          f"{_verdict(per <= GOALS['requests_per_attempt'])}; 409 answers {op['conflicts']}")
+    lps = op["lists_per_sync"]
+    print(f"  LISTs {op['by_verb'].get('list', 0)}, syncs {op['syncs']} (reconcile passes): "
+          f"LISTs per sync {_fmt(lps)} (goal 0): {_verdict(None if lps is None else lps == 0)}")
+    print(f"operator CPU {op['cpu_s']:.1f} s during the ProofJob phases; peak RSS "
+          f"{op['peak_rss_mb']:.0f} MB (goal < {GOALS['rss_mb']:.0f}): "
+          f"{_verdict(op['peak_rss_mb'] < GOALS['rss_mb'])}")
+
+
+def _projection(result: Obj) -> None:
+    fleet = Fleet(**result["fleet"])
+    pk, pj = result["projection"][KUZK], result["projection"][JOB]
+    fk = result["per_attempt"][KUZK]
+    print(f"\nprojection to {fleet.gpus:,} GPUs x {fleet.lanes} lanes, {fleet.partition_s:g} s "
+          f"partitions: {fleet.attempts_per_s:.0f} partition attempts/s (per-attempt counts "
+          f"above x attempts/s; heartbeats carried to {fleet.partition_s:g} s partitions "
+          f"and kuzk's interval, {_fmt(KUZK_HEARTBEAT_S, 'g')} s)")
+    print(f"  {'':<52} {'kuzk':>10} {'job':>10}  goal (issue 28)")
+    writes, goal_w = pk["own_writes_per_s"], GOALS["fleet_writes_per_s"]
+    _row("writes/s by kuzk (operator, provers) / job controller", writes,
+         pj["own_writes_per_s"], f"<= {goal_w:,.0f}: {_verdict(writes <= goal_w)}", ".0f")
+    _row("writes/s by every component (kubelets, scheduler too)", pk["all_writes_per_s"],
+         pj["all_writes_per_s"], spec=".0f")
+    _row("  of them heartbeats, per attempt", pk["heartbeats_per_attempt"], None)
+    _row("watch events/s delivered to the operator", pk["controller_events_per_s"], None,
+         spec=".0f")
+    cores, goal_c = pk["controller_cores"], GOALS["fleet_operator_cores"]
+    _row("operator / kube-controller-manager cores", cores, pj["controller_cores"],
+         f"<= {goal_c:g}: {_verdict(cores <= goal_c)}")
+    _row("kube-apiserver cores", pk["apiserver_cores"], pj["apiserver_cores"],
+         f"<= 2x the Job run's: {_verdict(pk['apiserver_cores'] <= 2 * pj['apiserver_cores'])}")
+    _row("etcd MB/s written", pk["etcd_wal_mb_per_s"], pj["etcd_wal_mb_per_s"])
+    sent = by_prefix(fk, "apiserver_events").get(WORKERSTATUS, 0.0)
+    size = by_prefix(fk, "apiserver_event_bytes").get(WORKERSTATUS, 0.0)
+    print("  what grows with what (the rest is per attempt, and so scales with attempts/s):")
+    print(f"  - with lanes: the writers of one WorkerStatus (every lane of a node while one object"
+          f" holds a node, a GPU's lanes with one per GPU), so its 409s and the writes tried "
+          f"again after them (here {total(fk, '409', call=on_workerstatus):.2f} per attempt), "
+          f"and the lanes that wait for a GPU's phase; a lane's own writes per attempt do not")
+    print(f"  - with GPUs per node (and lanes) while one object holds a node: the bytes of each "
+          f"WorkerStatus write and of each of its events to every watcher (here "
+          f"{_fmt(_ratio(size, sent), '.0f')} bytes a workerstatuses event, "
+          f"{_fmt(_ratio(fk.get('etcd_wal_bytes'), fk.get('etcd_puts')), '.0f')} etcd bytes "
+          f"a put), and its 409s; with one object per GPU, neither")
+    print(f"  - with partition length: heartbeat writes and their events (here "
+          f"{fk.get('heartbeats', 0.0):.2f} per attempt in lanes of "
+          f"{_fmt(fk.get('lane_s'), '.1f')} s beating every {result['heartbeat_s']:g} s; "
+          f"{pk['heartbeats_per_attempt']:.2f} at {fleet.partition_s:g} s)")
+
+
 def _standin_summary(before: Obj, after: Obj) -> Obj:
     counts = Counter(after["counts"])
     counts.subtract(before["counts"])
-    latency = {op: sorted(v[len(before["latency"][op]):]) for op, v in after["latency"].items()}
+    latency = {op: sorted(v[len(before["latency"].get(op, [])):])
+               for op, v in after["latency"].items()}
+
+    def p50_p99(op: str) -> str:
+        values = latency.get(op, [])
+        return (f"{_fmt(_quantile(values, .5), '.3f')}/"
+                f"{_fmt(_quantile(values, .99), '.3f')} s")
+
     puts = counts.get("put", 0)
     gave_up = sum(n for key, n in counts.items() if key.endswith("_gave_up"))
-    line = (f"{counts.get('pods', 0)} pods, {counts.get('claim', 0)} claims, "
-            f"{counts.get('stage', 0)} stage writes, {counts.get('heartbeat', 0)} heartbeats, "
-            f"{counts.get('release', 0)} releases; {puts} PUTs, "
+    lanes = latency.get("lane", [])
+    line = (f"{counts.get('pods', 0)} pods with lanes, {counts.get('bare', 0)} bare pods, "
+            f"{counts.get('claim', 0)} joins, {counts.get('stage', 0)} stage writes, "
+            f"{counts.get('acquire', 0)} acquires, {counts.get('heartbeat', 0)} heartbeats, "
+            f"{counts.get('release', 0)} leaves; {puts} PUTs, "
             f"{counts.get('put_409', 0) / puts if puts else 0:.1%} answered 409; "
-            f"claim p50/p99 {_fmt(_quantile(latency['claim'], .5), '.3f')}/"
-            f"{_fmt(_quantile(latency['claim'], .99), '.3f')} s, release p50/p99 "
-            f"{_fmt(_quantile(latency['release'], .5), '.3f')}/"
-            f"{_fmt(_quantile(latency['release'], .99), '.3f')} s; "
-            f"writes that gave up (WorkerWriteConflict): {gave_up}")
+            f"p50/p99 join {p50_p99('claim')}, acquire {p50_p99('acquire')}, leave "
+            f"{p50_p99('release')}; writes that gave up (WorkerWriteConflict): {gave_up}")
     return {"counts": {k: v for k, v in counts.items() if v}, "summary": line,
-            "claim_p99_s": _quantile(latency["claim"], .99),
-            "release_p99_s": _quantile(latency["release"], .99), "gave_up": gave_up}
+            "claim_p99_s": _quantile(latency.get("claim", []), .99),
+            "acquire_p99_s": _quantile(latency.get("acquire", []), .99),
+            "release_p99_s": _quantile(latency.get("release", []), .99), "gave_up": gave_up,
+            "lane_s": statistics.fmean(lanes) if lanes else 0.0}
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -484,18 +971,22 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=64, help="GPU nodes (default 64)")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--lanes", type=int, default=1,
+                        help="partition pods per GPU: its time-slicing replicas (default 1)")
     parser.add_argument("--jobs", type=int, default=200, help="jobs per system (default 200)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0), metavar=("MIN", "MAX"),
                         help="seconds a stand-in partition works (default 0.5 2.0)")
-    parser.add_argument("--heartbeat", type=float, default=1.0,
-                        help="stand-in heartbeat interval in seconds (default 1)")
+    parser.add_argument("--heartbeat", type=float, default=KUZK_HEARTBEAT_S or 10.0,
+                        help="seconds between the stand-in's heartbeats while kuzk has them "
+                             "(default: kuzk's own interval, "
+                             f"{KUZK_HEARTBEAT_S or 10.0:g})")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds each phase may take (default 1800)")
     parser.add_argument("--job-first", action="store_true",
                         help="run the Jobs before the ProofJobs (default: ProofJobs first)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of both systems, each round's order the reverse of the one "
-                             "before; the ratio is the median of the rounds' (default 1)")
+                             "before; figures are the medians of the rounds' (default 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
@@ -506,13 +997,29 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # so that every finally below stops what it started
 
 
+def _admin_context(plane: ControlPlane) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+    context.load_cert_chain(str(plane.pki.admin_cert), str(plane.pki.admin_key))
+    return context
+
+
+@dataclass
+class Gauges:
+    """The counters read around a phase: etcd's, kube-apiserver's, the operator's."""
+
+    etcd: dict[str, Counter[str]]
+    apiserver: dict[str, Counter[str]]
+    operator: dict[str, Counter[str]] | None  # its /metrics (None: no operator running)
+    kopf: Obj | None  # bench/counted_operator.py's counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if (min(args.nodes, args.gpus, args.jobs, args.rounds) < 1
-            or not 0 < args.work[0] <= args.work[1]):
-        parser.error("--nodes, --gpus, --jobs and --rounds must be at least 1; --work needs "
-                     "0 < MIN <= MAX")
+    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds) < 1
+            or not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0):
+        parser.error("--nodes, --gpus, --lanes, --jobs and --rounds must be at least 1; "
+                     "--work needs 0 < MIN <= MAX; --heartbeat must be positive")
     signal.signal(signal.SIGTERM, _sigterm)
     started = time.monotonic()
     names = [f"fleet-{i:03d}" for i in range(args.jobs)]
@@ -520,53 +1027,63 @@ def main(argv: list[str] | None = None) -> int:
                  for i, n in enumerate(names)]
     partitions = {n: api.PROOF_KINDS[m["spec"]["proofKind"]].partitions
                   for n, m in zip(names, manifests, strict=True)}
-    print(f"fleet scale: {args.nodes} nodes x {args.gpus} GPUs, {args.jobs} jobs per system "
+    print(f"fleet scale: {args.nodes} nodes x {args.gpus} GPUs x {args.lanes} lanes "
+          f"(time-slicing replicas), {args.jobs} jobs per system "
           f"({sum(partitions.values())} partitions), kinds {', '.join(KINDS)} in turn; "
           f"kuzk from {Path(kuzk.__file__).parent}; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs", flush=True)
-    print(f"stand-in prover: NOT a real proof. One process serves every partition pod through "
-          f"kuzk_prover.reporter (claim, stages, heartbeats every {args.heartbeat:g} s, "
-          f"release; at most 8 of its WorkerStatus writes in flight) and each partition works "
+    print(f"stand-in prover: NOT a real proof. One process serves every partition pod: a "
+          f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, heartbeats "
+          f"every {args.heartbeat:g} s while kuzk has them, leave; at most 8 of its "
+          f"WorkerStatus writes in flight), a Job's with work only; each partition works "
           f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:
         logs = args.log_dir or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        # The operator's identity must be known before kube-apiserver starts (audit policy).
+        # Every identity must be known before kube-apiserver starts (audit policy).
         operator_sa = f"{RELEASE}-kuzk-operator"
-        user = f"system:serviceaccount:{SYSTEM_NS}:{operator_sa}"
-        plane = ControlPlane(audit_policy=audit_policy(user))
+        users = {service_account(SYSTEM_NS, operator_sa): OPERATOR,
+                 service_account(SYSTEM_NS, PROVER_SA): PROVERS,
+                 service_account(SYSTEM_NS, KUBELET_SA): KUBELET}
+        plane = ControlPlane(audit_policy=audit_policy(
+            [u for u, who in users.items() if who in (OPERATOR, PROVERS)]))
         plane.start()
         stack.callback(plane.stop)
+        admin = str(plane.admin_kubeconfig()["users"][0]["name"])  # type: ignore[index]
         cluster = Cluster(plane)
         install_kuzk(cluster)
         rbac, bound_sa = operator_rbac(cluster)
         if bound_sa != operator_sa:
             msg = f"the chart binds the operator role to {bound_sa}, not {operator_sa}"
             raise RuntimeError(msg)
-        namespace(cluster, SYSTEM_NS, operator_sa, PROVER_SA)
+        namespace(cluster, SYSTEM_NS, operator_sa, PROVER_SA, KUBELET_SA)
         namespace(cluster, KUZK_NS, PROVER_SA)
         namespace(cluster, JOB_NS, PROVER_SA)
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
         bind_prover_role(cluster)
+        bind_kubelet(cluster)
         operator_kc = token_kubeconfig(cluster, SYSTEM_NS, operator_sa, Path(tmp) / "op.kc")
         prover_kc = token_kubeconfig(cluster, SYSTEM_NS, PROVER_SA, Path(tmp) / "prover.kc")
+        kubelet_kc = token_kubeconfig(cluster, SYSTEM_NS, KUBELET_SA, Path(tmp) / "kubelet.kc")
+        etcd_metrics = plane.component("etcd").health_url.rsplit("/", 1)[0] + "/metrics"
+        context = _admin_context(plane)
 
         nodes = set(node_names(args.nodes))
         # The kubelets run in a process of their own, so that their threads (one per pod)
         # don't starve this process's watches; see bench/fleet_kubelets.py.
         kubelets = stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_kubelets.py"), "--kubeconfig",
-             str(plane.kubeconfig), "--server", plane.server, "--ca-cert",
+             str(kubelet_kc), "--server", plane.server, "--ca-cert",
              str(plane.pki.ca_cert), "--workdir", str(Path(tmp) / "kubelets"), "--nodes",
-             str(args.nodes), "--gpus", str(args.gpus)],
+             str(args.nodes), "--gpus", str(args.gpus), "--replicas", str(args.lanes)],
             cluster.env(), logs / "kubelets.log", grace=60))
         wait_for(lambda: nodes <= ready_nodes(cluster), 180, "nodes Ready", 1)
 
         standin = stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_standin.py"), "--kubeconfig",
              str(prover_kc), "--heartbeat", str(args.heartbeat), "--work",
-             *map(str, args.work)],
+             *map(str, args.work), "--bare-namespace", JOB_NS],
             cluster.env(), logs / "standin.log", stdout=subprocess.PIPE))
         assert standin.stdout is not None
         first = standin.stdout.readline().decode().split()
@@ -576,9 +1093,10 @@ def main(argv: list[str] | None = None) -> int:
         port = int(first[1])
         command = pod_command(port)
 
-        syncs_file = Path(tmp) / "syncs"
+        counts_file = Path(tmp) / "counts"
+        metrics_port = free_port()
         op_env = {**cluster.env(), "KUBECONFIG": str(operator_kc),
-                  "KUZK_BENCH_SYNCS": str(syncs_file)}
+                  "KUZK_BENCH_COUNTS": str(counts_file)}
         custom = client.CustomObjectsApi(cluster.api)
         starts = 0
 
@@ -592,22 +1110,32 @@ def main(argv: list[str] | None = None) -> int:
             op = stack.enter_context(process(
                 [sys.executable, str(ROOT / "bench" / "counted_operator.py"), "operator",
                  "--standalone", "--namespace", KUZK_NS, "--prover-command",
-                 json.dumps(command), "--prover-image", IMAGE],
+                 json.dumps(command), "--prover-image", IMAGE, "--metrics-port",
+                 str(metrics_port), "--metrics-address", "127.0.0.1"],
                 op_env, log))
 
             def watching() -> bool:
-                calls = Requests.read(plane.audit_log, audit_from,
-                                      plane.audit_log.stat().st_size).by_call
+                calls = Calls.read(plane.audit_log, audit_from, plane.audit_log.stat().st_size,
+                                   users, admin).of(OPERATOR)
                 return op.poll() is not None or all(
-                    calls[f"watch {r}"] for r in ("proofjobs", "pods", "workerstatuses", "nodes"))
+                    calls[f"watch {r}"] for r in ("proofjobs", "pods", WORKERSTATUS, "nodes"))
 
             wait_for(watching, 120, "the operator's watches", 0.5)
-            wait_for(lambda: len(worker_statuses(custom)) >= args.nodes or op.poll() is not None,
-                     120, f"{args.nodes} WorkerStatuses created by the operator", 0.5)
+            wait_for(lambda: nodes <= nodes_with_worker_status(custom) or op.poll() is not None,
+                     120, f"WorkerStatuses of {args.nodes} nodes created by the operator", 0.5)
+            wait_for(lambda: read_counts(counts_file) is not None or op.poll() is not None, 10,
+                     "the operator's counts", 0.2)
             if op.poll() is not None:
                 msg = f"the operator exited {op.returncode}; see {log}"
                 raise RuntimeError(msg)
             return op, log
+
+        def gauges(running: bool) -> Gauges:
+            own = None
+            if running:
+                own = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+            return Gauges(scrape(etcd_metrics), scrape(f"{plane.server}/metrics", context),
+                          own, read_counts(counts_file) if running else None)
 
         # The WorkerStatuses the stand-in writes are the operator's to create.
         operator: subprocess.Popen[bytes] | None
@@ -628,19 +1156,20 @@ def main(argv: list[str] | None = None) -> int:
         phase_cpu: dict[str, defaultdict[str, float]] = {KUZK: defaultdict(float),
                                                          JOB: defaultdict(float)}
         seconds: dict[str, list[float]] = {KUZK: [], JOB: []}
+        rounds: dict[str, list[Figures]] = {KUZK: [], JOB: []}
         last: dict[str, Phase] = {}  # each system's last phase
         standin_stats: dict[str, Obj] = {}
         stale: dict[str, int] = {KUZK: 0, JOB: 0}  # stale writes refused, by phase
-        requests, attempts, syncs, rss = Requests(), 0, 0, 0.0
+        op_calls, attempts, syncs, rss, gave_up = Calls(), 0, 0, 0.0, 0
+        event_sources: dict[str, str] = {}
         # Rounds alternate which system goes first, so neither always meets a fresh or a used
         # control plane.
         sequence = [system for r in range(args.rounds)
                     for system in (order if r % 2 == 0 else order[::-1])]
         for system in sequence:
             if system == JOB and operator is not None:
-                # The Jobs run without the operator: its worker sweep would release the workers
-                # of pods it does not know (the Jobs'), and every stage write of those pods
-                # after it would be refused, sparing the stand-in a third of its writes.
+                # The Jobs run without the operator: the comparison is with the job
+                # controller alone, and the operator's sweep has no business with their pods.
                 stop_group(operator, grace=20)
                 operator = None
             if system == KUZK and operator is None:
@@ -651,7 +1180,7 @@ def main(argv: list[str] | None = None) -> int:
             stale_before = stale_writes(custom)
             audit_start = plane.audit_log.stat().st_size
             operator_cpu_start = cpu_seconds(operator.pid) if operator is not None else 0.0
-            syncs_start = read_syncs(syncs_file)
+            before = gauges(operator is not None)
             load[f"{system}_before"] = os.getloadavg()[0]
             try:
                 phase = run_phase(cluster, system, ns, jobs, partitions, args.timeout)
@@ -662,45 +1191,86 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"\nfailed; operator {state}; its log: {operator_log}",
                           file=sys.stderr)
                 raise
+            if operator is not None:  # its counts of the whole phase: the file's next write
+                wait_for(partial(rewritten, counts_file, counts_file.stat().st_mtime_ns), 10,
+                         "the operator's counts after the phase", 0.1)
+            after = gauges(operator is not None)
+            cpu_after = cpu_by_process(pids)
+            calls = Calls.read(plane.audit_log, audit_start, plane.audit_log.stat().st_size,
+                               users, admin)
             not_ready += check_nodes(cluster, nodes, what)
             load[f"{system}_after"] = os.getloadavg()[0]
             last[system] = phase
             seconds[system].append(phase.t_end - phase.t0)
             standin_stats[system] = _standin_summary(standin_before, stats_of(port))
+            gave_up += standin_stats[system]["gave_up"]
             stale[system] += stale_writes(custom) - stale_before
-            for name, used in cpu_by_process(pids).items():
-                phase_cpu[system][name] += used - cpu_before[name]
+            cpu = {name: cpu_after[name] - cpu_before[name] for name in pids}
+            events: dict[str, float] | None = None
             if operator is not None:
-                phase_cpu[KUZK]["operator"] += cpu_seconds(operator.pid) - operator_cpu_start
+                cpu[OPERATOR] = cpu_seconds(operator.pid) - operator_cpu_start
                 rss = max(rss, peak_rss_mb(operator.pid))
-                requests.add(Requests.read(plane.audit_log, audit_start,
-                                           plane.audit_log.stat().st_size))
+                op_calls.add(calls, OPERATOR)
                 attempts += len(phase.attempts)
-                wait_for(lambda: read_syncs(syncs_file) is not None, 10, "the sync count", 0.2)
-                syncs += (read_syncs(syncs_file) or 0) - (syncs_start or 0)
+                kopf = Counter((after.kopf or {}).get("watch_events", {}))
+                kopf.subtract((before.kopf or {}).get("watch_events", {}))
+                own = (delta(before.operator or {}, after.operator or {}, OPERATOR_WATCH_EVENTS)
+                       if OPERATOR_WATCH_EVENTS in (after.operator or {}) else None)
+                events, sources = operator_events(kopf, own)
+                event_sources |= sources
+                syncs += int((after.kopf or {}).get("syncs", 0)) - int(
+                    (before.kopf or {}).get("syncs", 0))
+            for name, used in cpu.items():
+                phase_cpu[system][name] += used
+            summary = phase.summary()
+            rounds[system].append(Cost(
+                system=system, attempts=len(phase.attempts), calls=calls, cpu_s=cpu,
+                etcd_wal_bytes=sum(delta(before.etcd, after.etcd,
+                                         "etcd_disk_wal_write_bytes_total").values()),
+                etcd_puts=sum(delta(before.etcd, after.etcd, "etcd_mvcc_put_total").values()),
+                apiserver_events=delta(before.apiserver, after.apiserver,
+                                       "apiserver_watch_events_total"),
+                apiserver_event_bytes=delta(before.apiserver, after.apiserver,
+                                            "apiserver_watch_events_sizes_sum"),
+                operator_events=events,
+                heartbeats=int(standin_stats[system]["counts"].get("heartbeat", 0)),
+                lane_s=float(standin_stats[system]["lane_s"]),
+                lag_p50_s=summary["lag_p50_s"], lag_p99_s=summary["lag_p99_s"]).figures())
             print(f"{what} done in {phase.t_end - phase.t0:.1f}s; deleting them", flush=True)
             clear(cluster, system, ns)
 
         attempts = max(attempts, 1)
-        lists = requests.by_verb.get("list", 0)
+        by_verb: Counter[str] = Counter()
+        for call, n in op_calls.of(OPERATOR).items():
+            by_verb[call.split(" ", 1)[0]] += n
+        lists = by_verb.get("list", 0)
         ratios = [k / j for k, j in zip(seconds[KUZK], seconds[JOB], strict=True)]
+        per_attempt = {KUZK: medians(rounds[KUZK]), JOB: medians(rounds[JOB])}
         result = {
             "kuzk_module": str(Path(kuzk.__file__).parent),
-            "nodes": args.nodes, "gpus": args.gpus, "jobs": args.jobs,
+            "nodes": args.nodes, "gpus": args.gpus, "lanes": args.lanes, "jobs": args.jobs,
             "work_s": list(args.work), "heartbeat_s": args.heartbeat,
             "load_average": load, "nodes_not_ready": not_ready,
             "kuzk": last[KUZK].summary(), "job": last[JOB].summary(),
             "operator": {
-                "user": user, "attempts": attempts, "by_verb": dict(requests.by_verb),
-                "by_call": dict(requests.by_call), "conflicts": requests.conflicts,
-                "requests_per_attempt": sum(requests.by_verb.values()) / attempts,
-                "per_attempt_by_verb": {v: n / attempts for v, n in requests.by_verb.items()},
-                "syncs": syncs, "get_proofjobs": requests.by_call.get("get proofjobs", 0),
+                "user": service_account(SYSTEM_NS, operator_sa), "attempts": attempts,
+                "by_verb": dict(by_verb), "by_call": dict(op_calls.of(OPERATOR)),
+                "conflicts": sum(op_calls.conflicts.values()),
+                "requests_per_attempt": sum(by_verb.values()) / attempts,
+                "per_attempt_by_verb": {v: n / attempts for v, n in by_verb.items()},
+                "syncs": syncs, "get_proofjobs": op_calls.of(OPERATOR).get("get proofjobs", 0),
                 "lists_per_sync": lists / syncs if syncs else None,
-                "cpu_s": phase_cpu[KUZK]["operator"], "peak_rss_mb": rss,
+                "cpu_s": phase_cpu[KUZK][OPERATOR], "peak_rss_mb": rss,
             },
             "order": list(order), "rounds": args.rounds, "cpu_s": phase_cpu,
             "seconds": seconds, "round_ratios": ratios,
+            "per_attempt": per_attempt, "per_attempt_rounds": rounds,
+            "event_sources": event_sources, "gave_up": gave_up,
+            "fleet": {"gpus": FLEET.gpus, "lanes": FLEET.lanes,
+                      "partition_s": FLEET.partition_s},
+            "projection": {s: projection(per_attempt[s], s, FLEET,
+                                         kuzk_heartbeat_s=KUZK_HEARTBEAT_S)
+                           for s in (KUZK, JOB)},
             "standin": standin_stats[KUZK],
             "standin_job": standin_stats[JOB],
             "stale_writes_refused": stale,

@@ -13,11 +13,20 @@ systems of a benchmark get the same work), leaves its lane and writes a result t
 termination message. A pod that is killed closes its socket: the server then leaves the lane
 as failed and stops.
 
+Pods of a ``--bare-namespace`` (the Indexed Jobs' of the benchmark) only work: a Job's pod
+as the batch controller runs it reports to no WorkerStatus, so what the control plane spends
+on it is the baseline that kuzk's pods, with their lanes, are measured against.
+
+Every call into kuzk's lane protocol is made by ``Server.lane`` (join, stages, the GPU phase,
+leave) through ``Reporter``, kuzk's ``ProverReporter``, and the heartbeat it keeps while a lane
+lives: a change of that protocol's signatures is met there and nowhere else.
+
     python bench/fleet_standin.py --kubeconfig K [--heartbeat 1] [--work 0.5 2.0] [--in-flight 8]
+        [--bare-namespace NS]
 
 It prints ``PORT <n>`` when it listens; a connection that sends ``STATS`` gets its counters
-as JSON (pods served, writes by kind, PUTs and 409s, claim and release latencies, writes that
-gave up with WorkerWriteConflict).
+as JSON (pods served, bare pods, writes by kind, PUTs and 409s, claim, acquire and release
+latencies and lanes' lives, writes that gave up with WorkerWriteConflict).
 """
 
 from __future__ import annotations
@@ -75,7 +84,8 @@ class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        self.latency: dict[str, list[float]] = {"claim": [], "release": []}
+        self.latency: dict[str, list[float]] = {"claim": [], "acquire": [], "release": [],
+                                              "lane": []}
 
     def add(self, key: str, n: int = 1) -> None:
         with self.lock:
@@ -121,7 +131,13 @@ class Reporter(ProverReporter):
         last PUT: hundreds of pods' writes at once would only queue in kube-apiserver (429)
         on two cores. A limit per request would queue a write's PUT behind other writes
         after its GET, and the node's other provers would overwrite what it read: conflicts
-        that eight provers of a real node, each with its own connection, do not have."""
+        that eight provers of a real node, each with its own connection, do not have. The
+        acquire of the GPU phase takes no slot: it waits on a watch while another lane holds
+        the GPU, and waiting lanes holding every slot would keep the holders from their
+        release."""
+        if what == "acquire":
+            return super()._persist(what, write, **kwargs)
+
         def held() -> T:
             with self.api.in_flight:
                 return write()
@@ -146,6 +162,15 @@ class Reporter(ProverReporter):
         except workers.WorkerWriteConflict:
             self.stats.add("claim_gave_up")
             raise
+
+    def acquire(self) -> workers.Acquired | None:
+        self.stats.add("acquire")
+        result: workers.Acquired | None = self.stats.timed("acquire", super().acquire)
+        if result is None:
+            self.stats.add("acquire_failed")
+        elif result is not workers.Acquired.GRANTED:
+            self.stats.add(f"acquire_{result.value}")
+        return result
 
 
 class ReleaseGaveUp(logging.Handler):
@@ -187,19 +212,43 @@ class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, api: CountingClient, heartbeat: float, work: tuple[float, float]) -> None:
+    def __init__(self, api: CountingClient, heartbeat: float, work: tuple[float, float],
+                 bare: frozenset[str] = frozenset()) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
-        self.api, self.heartbeat, self.work = api, heartbeat, work
+        self.api, self.heartbeat, self.work, self.bare = api, heartbeat, work, bare
         self.stats = api.stats
 
     def prove(self, fields: list[str], conn: socket.socket) -> int:
         (node, namespace, pod, pod_uid, job, job_uid, kind, partition, attempt, gpus,
          message_path) = fields
-        self.stats.add("pods")
-        assignment = Assignment(namespace, job, job_uid, kind, int(partition), int(attempt),
-                                pod, pod_uid)
-        reporter = Reporter(self.api, node, assignment,
-                            visible_devices="" if gpus == "none" else gpus,
+        seconds = work_seconds(job, int(partition), *self.work)
+        if namespace in self.bare:
+            self.stats.add("bare")
+            if not _alive_for(conn, seconds):
+                self.stats.add("killed")
+                return 143
+        else:
+            self.stats.add("pods")
+            assignment = Assignment(namespace, job, job_uid, kind, int(partition), int(attempt),
+                                    pod, pod_uid)
+            devices = "" if gpus == "none" else gpus
+            if not self.stats.timed("lane", lambda: self.lane(node, assignment, devices, conn,
+                                                              seconds)):
+                self.stats.add("killed")
+                return 143
+        digest = hashlib.sha256(f"{job_uid}:{partition}".encode()).hexdigest()
+        result = {"commitment": digest, "synth_ms": round(seconds * SYNTH_SHARE * 1000),
+                  "gpu_ms": round(seconds * (1 - SYNTH_SHARE) * 1000), "backend": "standin"}
+        Path(message_path).write_text(json.dumps(result))
+        return 0
+
+    def lane(self, node: str, assignment: Assignment, visible_devices: str,
+             conn: socket.socket, seconds: float) -> bool:
+        """One partition pod's lane through kuzk's protocol, as the prover runs it: join the
+        GPU's lanes, synthesizing, synth_done, the GPU phase (acquire, waiting while another
+        lane holds it; release), leave. False when the pod was killed meanwhile (the lane
+        leaves as failed)."""
+        reporter = Reporter(self.api, node, assignment, visible_devices=visible_devices,
                             heartbeat_interval=self.heartbeat)
         reporter.stats = self.stats
         try:
@@ -207,27 +256,20 @@ class Server(socketserver.ThreadingTCPServer):
         except (workers.WorkerStatusMissing, workers.WorkerWriteConflict, ApiException,
                 HTTPError, OSError) as e:
             self.stats.add(f"claim_failed_{type(e).__name__}")
-        seconds = work_seconds(job, int(partition), *self.work)
         outcome: api.WorkerOutcome = "failed"
         try:
             reporter.on_stage("synthesizing")
             if not _alive_for(conn, seconds * SYNTH_SHARE):
-                self.stats.add("killed")
-                return 143
+                return False
             reporter.on_stage("synth_done")
             with reporter.gpu_phase():
                 if not _alive_for(conn, seconds * (1 - SYNTH_SHARE)):
-                    self.stats.add("killed")
-                    return 143
+                    return False
             outcome = "succeeded"
         finally:
             self.stats.timed("release", lambda: reporter.release(outcome))
             self.stats.add("release")
-        digest = hashlib.sha256(f"{job_uid}:{partition}".encode()).hexdigest()
-        result = {"commitment": digest, "synth_ms": round(seconds * SYNTH_SHARE * 1000),
-                  "gpu_ms": round(seconds * (1 - SYNTH_SHARE) * 1000), "backend": "standin"}
-        Path(message_path).write_text(json.dumps(result))
-        return 0
+        return True
 
 
 def _alive_for(conn: socket.socket, seconds: float) -> bool:
@@ -260,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="WorkerStatus writes in flight at most (default 8)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0),
                         metavar=("MIN", "MAX"), help="seconds a partition works (0.5 2.0)")
+    parser.add_argument("--bare-namespace", action="append", default=[], metavar="NS",
+                        help="pods of this namespace only work, with no lane (repeatable)")
     args = parser.parse_args(argv)
     if not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0 or args.in_flight < 1:
         parser.error("--work needs 0 < MIN <= MAX, --heartbeat and --in-flight positive")
@@ -271,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     api.in_flight = threading.BoundedSemaphore(args.in_flight)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kuzk_prover.reporter").addHandler(ReleaseGaveUp(api.stats))
-    with Server(api, args.heartbeat, tuple(args.work)) as server:
+    with Server(api, args.heartbeat, tuple(args.work), frozenset(args.bare_namespace)) as server:
         print(f"PORT {server.server_address[1]}", flush=True)
         server.serve_forever()
     return 0

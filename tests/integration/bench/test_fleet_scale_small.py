@@ -1,5 +1,6 @@
-"""bench/fleet_scale.py, small (4 nodes x 2 GPUs, 6 jobs per system): it runs end to end and
-reports what it measures. Timings are not checked here; the counts that must hold are."""
+"""bench/fleet_scale.py, small (4 nodes x 2 GPUs x 2 lanes, 6 jobs per system): it runs end to
+end and reports what it measures, each write told by its writer. Timings are not checked
+here; the counts that must hold are."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "fleet.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--nodes", "4", "--gpus", "2",
-         "--jobs", "6", "--work", "0.2", "0.4", "--timeout", "240", "--json", str(out),
-         "--log-dir", str(tmp_path / "logs"), "--job-first"],
+         "--lanes", "2", "--jobs", "6", "--work", "0.2", "0.4", "--timeout", "240", "--json",
+         str(out), "--log-dir", str(tmp_path / "logs"), "--job-first"],
         cwd=ROOT, capture_output=True, text=True, timeout=560,
     )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -41,9 +42,30 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     assert operator["user"].endswith(":bench-kuzk-operator")
     assert operator["cpu_s"] > 0 and operator["peak_rss_mb"] > 0
     assert operator["syncs"] > 0  # counted inside the operator (bench/counted_operator.py)
-    # the stand-in went through the WorkerStatus protocol for each pod of each system
-    for standin in (result["standin"], result["standin_job"]):
-        counts = standin["counts"]
-        assert counts["pods"] >= PARTITIONS
-        assert counts["claim"] == counts["pods"] == counts["release"]
-        assert counts["stage"] > 0
+    # the stand-in went through the lane protocol for each ProofJob pod; a Job's pod only works
+    counts = result["standin"]["counts"]
+    assert counts["pods"] >= PARTITIONS
+    assert counts["claim"] == counts["pods"] == counts["release"]
+    assert counts["acquire"] == counts["pods"] - counts.get("killed", 0)  # killed before it
+    assert counts["stage"] > 0
+    job_counts = result["standin_job"]["counts"]
+    assert job_counts["bare"] >= PARTITIONS and "claim" not in job_counts
+    # per attempt, each write told by its writer: the provers' WorkerStatus writes, the
+    # operator's and the job controller's pod creates (one per attempt), the kubelets' pod
+    # status, the scheduler's bindings
+    per_kuzk, per_job = result["per_attempt"]["kuzk"], result["per_attempt"]["job"]
+    assert per_kuzk["writes|provers|update workerstatuses/status"] > 0
+    assert per_kuzk["writes|operator|create pods"] >= 1
+    assert per_job["writes|kcm/job-controller|create pods"] >= 1
+    assert not any(k.startswith(("writes|operator|", "writes|provers|")) for k in per_job)
+    for per in (per_kuzk, per_job):
+        assert per["writes|scheduler|create pods/binding"] >= 1
+        assert per["writes|kubelet|patch pods/status"] > 0
+        assert per["cpu_ms|kube-apiserver"] > 0 and per["etcd_wal_bytes"] > 0
+        assert per["apiserver_events|pods"] > 0
+    # the operator's watch events, counted on its Kopf streams
+    assert per_kuzk["events|pods"] > 0 and per_kuzk["events|workerstatuses"] > 0
+    assert per_kuzk["cpu_ms|operator"] > 0 and "cpu_ms|operator" not in per_job
+    projection = result["projection"]["kuzk"]
+    assert projection["attempts_per_s"] > 300 and projection["own_writes_per_s"] > 0
+    assert "projection to 10,000 GPUs x 2 lanes" in proc.stdout

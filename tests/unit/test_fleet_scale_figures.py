@@ -1,0 +1,200 @@
+"""bench/fleet_scale.py's arithmetic, without a cluster: whose each audited request is, the
+figures per partition attempt, the medians of rounds, where the operator's watch events are
+counted, and the projection to a fleet."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH) not in sys.path:  # the benchmark's modules import each other by name
+    sys.path.insert(0, str(BENCH))
+
+import fleet_scale as fs  # noqa: E402
+
+OPERATOR_USER = "system:serviceaccount:kuzk-bench:bench-kuzk-operator"
+PROVER_USER = "system:serviceaccount:kuzk-bench:kuzk-prover"
+KUBELET_USER = "system:serviceaccount:kuzk-bench:bench-kubelet"
+USERS = {OPERATOR_USER: fs.OPERATOR, PROVER_USER: fs.PROVERS, KUBELET_USER: fs.KUBELET}
+ADMIN = "kuzk-admin"
+
+
+def event(verb: str, resource: str, user: str, *, code: int = 200, agent: str = "",
+          subresource: str | None = None, stage: str = "ResponseComplete") -> dict[str, Any]:
+    ref = {"resource": resource} | ({"subresource": subresource} if subresource else {})
+    return {"verb": verb, "stage": stage, "user": {"username": user}, "userAgent": agent,
+            "objectRef": ref, "responseStatus": {"code": code}}
+
+
+@pytest.mark.parametrize(("user", "agent", "who"), [
+    (OPERATOR_USER, "kuzk", fs.OPERATOR),
+    (PROVER_USER, "OpenAPI-Generator/x/python", fs.PROVERS),
+    (KUBELET_USER, "OpenAPI-Generator/x/python", fs.KUBELET),
+    (ADMIN, "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/job-controller",
+     "kcm/job-controller"),
+    (ADMIN, "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/"
+            "generic-garbage-collector", "kcm/generic-garbage-collector"),
+    (ADMIN, "kube-scheduler/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/scheduler", fs.SCHEDULER),
+    ("system:serviceaccount:kube-system:job-controller", "", "kcm/job-controller"),
+    (ADMIN, "OpenAPI-Generator/x/python", fs.BENCH),
+    ("someone-else", "kubectl", "someone-else"),
+])
+def test_each_request_is_told_by_its_user_or_its_agent(user: str, agent: str, who: str) -> None:
+    assert fs.component(event("create", "pods", user, agent=agent), USERS, ADMIN) == who
+
+
+def test_calls_count_writes_and_their_conflicts_by_component_and_call() -> None:
+    calls = fs.Calls()
+    for e in (event("update", "workerstatuses", PROVER_USER, subresource="status"),
+              event("update", "workerstatuses", PROVER_USER, subresource="status", code=409),
+              event("create", "pods", OPERATOR_USER, code=409),
+              event("watch", "pods", OPERATOR_USER, stage="ResponseStarted"),
+              # a watch's end and a write's start are the same request again
+              event("watch", "pods", OPERATOR_USER),
+              event("create", "pods", OPERATOR_USER, stage="ResponseStarted")):
+        calls.add_event(e, fs.component(e, USERS, ADMIN))
+    assert calls.calls == Counter({(fs.PROVERS, "update workerstatuses/status"): 2,
+                                   (fs.OPERATOR, "create pods"): 1,
+                                   (fs.OPERATOR, "watch pods"): 1})
+    assert calls.conflicts == Counter({(fs.PROVERS, "update workerstatuses/status"): 1,
+                                       (fs.OPERATOR, "create pods"): 1})
+    mine = fs.Calls()
+    mine.add(calls, fs.OPERATOR)
+    assert mine.of(fs.OPERATOR) == Counter({"create pods": 1, "watch pods": 1})
+    assert not mine.of(fs.PROVERS)
+
+
+def test_the_audit_policy_records_every_write_and_all_of_the_watched_users() -> None:
+    rules = fs.audit_policy([PROVER_USER, OPERATOR_USER])["rules"]
+    assert rules[0] == {"level": "Metadata", "users": sorted([PROVER_USER, OPERATOR_USER])}
+    assert set(rules[1]["verbs"]) == {"create", "update", "patch", "delete", "deletecollection"}
+    assert rules[-1] == {"level": "None"}
+
+
+def cost(**overrides: Any) -> fs.Cost:
+    calls = fs.Calls(
+        calls=Counter({(fs.PROVERS, "update workerstatuses/status"): 10,
+                       (fs.OPERATOR, "create pods"): 2, (fs.OPERATOR, "patch pods"): 2,
+                       (fs.KUBELET, "patch pods/status"): 6, (fs.BENCH, "create proofjobs"): 1,
+                       (fs.OPERATOR, "watch pods"): 1}),
+        conflicts=Counter({(fs.PROVERS, "update workerstatuses/status"): 1}))
+    values: dict[str, Any] = {
+        "system": fs.KUZK, "attempts": 2, "calls": calls,
+        "cpu_s": {fs.OPERATOR: 0.01, "kube-apiserver": 0.1},
+        "etcd_wal_bytes": 4000.0, "etcd_puts": 8.0,
+        "apiserver_events": {"workerstatuses": 20.0},
+        "apiserver_event_bytes": {"workerstatuses": 40000.0},
+        "operator_events": {"pods": 6.0, "workerstatuses": 10.0},
+        "heartbeats": 2, "lane_s": 3.0,
+        "lag_p50_s": 0.2, "lag_p99_s": 0.9}
+    return fs.Cost(**(values | overrides))
+
+
+def test_figures_are_per_attempt_and_split_writes_from_reads() -> None:
+    figures = cost().figures()
+    assert figures["writes|provers|update workerstatuses/status"] == 5.0
+    assert figures["409|provers|update workerstatuses/status"] == 0.5
+    assert figures["reads|operator|watch pods"] == 0.5
+    assert "writes|operator|watch pods" not in figures
+    assert figures["cpu_ms|operator"] == pytest.approx(5.0)
+    assert figures["events|workerstatuses"] == 5.0
+    assert figures["etcd_wal_bytes"] == 2000.0
+    assert figures["heartbeats"] == 1.0
+    # not per attempt
+    assert (figures["attempts"], figures["lane_s"], figures["lag_p99_s"]) == (2.0, 3.0, 0.9)
+    assert fs.total(figures, "writes", call=fs.on_workerstatus) == 5.0
+    assert fs.total(figures, "writes", who=fs.kuzk_own) == 7.0
+    # every writer but the harness: operator 2, provers 5, kubelet 3
+    assert fs.total(figures, "writes", who=fs.system_side) == 10.0
+
+
+def test_a_job_run_has_no_operator_events_and_no_lags_when_none_were_seen() -> None:
+    figures = cost(system=fs.JOB, operator_events=None, lag_p50_s=None, lag_p99_s=None,
+                   attempts=0).figures()
+    assert not fs.by_prefix(figures, "events")
+    assert "lag_p99_s" not in figures
+    assert figures["writes|kubelet|patch pods/status"] == 6.0  # divided by at least one
+
+
+def test_medians_count_a_missing_call_as_zero_but_a_missing_lag_as_unknown() -> None:
+    rounds = [{"writes|operator|create pods": 1.0, "lag_p99_s": 2.0},
+              {"writes|operator|create pods": 3.0},
+              {"writes|provers|update workerstatuses": 4.0, "lag_p99_s": 4.0}]
+    out = fs.medians(rounds)
+    assert out["writes|operator|create pods"] == 1.0  # median of 1, 3, 0
+    assert out["writes|provers|update workerstatuses"] == 0.0  # median of 0, 0, 4
+    assert out["lag_p99_s"] == 3.0  # median of the two rounds that saw lags
+
+
+def test_operator_events_take_one_source_per_resource() -> None:
+    counts, sources = fs.operator_events({"pods": 3.0, "proofjobs": 2.0},
+                                         {"pods": 5.0, "nodes": 0.0})
+    assert counts == {"pods": 5.0, "nodes": 0.0, "proofjobs": 2.0}
+    assert sources == {"pods": fs.OPERATOR_WATCH_EVENTS, "nodes": fs.OPERATOR_WATCH_EVENTS,
+                       "proofjobs": "Kopf streams"}
+    assert fs.operator_events({"pods": 3.0}, None) == ({"pods": 3.0},
+                                                       {"pods": "Kopf streams"})
+
+
+def test_metrics_are_read_by_resource_and_their_growth_taken() -> None:
+    before = fs.parse_metrics(
+        '# TYPE apiserver_watch_events_total counter\n'
+        'apiserver_watch_events_total{group="",resource="pods",version="v1"} 5\n'
+        '# TYPE etcd_disk_wal_write_bytes_total gauge\netcd_disk_wal_write_bytes_total 100\n')
+    after = fs.parse_metrics(
+        '# TYPE apiserver_watch_events_total counter\n'
+        'apiserver_watch_events_total{group="",resource="pods",version="v1"} 12\n'
+        'apiserver_watch_events_total{group="kuzk.io",resource="workerstatuses",version="v1"}'
+        ' 4\n'
+        '# TYPE etcd_disk_wal_write_bytes_total gauge\netcd_disk_wal_write_bytes_total 350\n')
+    assert fs.delta(before, after, "apiserver_watch_events_total") == Counter(
+        {"pods": 7, "workerstatuses": 4})
+    assert sum(fs.delta(before, after, "etcd_disk_wal_write_bytes_total").values()) == 250
+    assert fs.delta(before, after, "absent_total") == Counter()
+
+
+def test_heartbeats_grow_with_the_partition_and_shrink_with_the_interval() -> None:
+    # a lane of 60 s beating every 10 s: 6 per attempt, whatever the short run managed
+    assert fs.heartbeats_at(0.4, 60.0, 10.0) == pytest.approx(6.0)
+    assert fs.heartbeats_at(0.4, 120.0, 10.0) == pytest.approx(12.0)
+    assert fs.heartbeats_at(0.0, 60.0, 10.0) == 0.0  # the run wrote none: kuzk writes none
+    assert fs.heartbeats_at(2.0, 60.0, None) == 0.0  # kuzk has no interval any more
+
+
+def test_the_fleet_makes_a_third_of_a_thousand_attempts_a_second() -> None:
+    assert fs.FLEET.attempts_per_s == pytest.approx(10_000 * 2 / 60)
+
+
+def test_the_projection_is_per_attempt_counts_times_the_fleet_rate() -> None:
+    fleet = fs.Fleet(gpus=600, lanes=1, partition_s=60.0)  # 10 attempts/s
+    figures = cost().figures()  # 1 heartbeat per attempt
+    out = fs.projection(figures, fs.KUZK, fleet, kuzk_heartbeat_s=10.0)
+    assert out["attempts_per_s"] == pytest.approx(10.0)
+    fleet_hb = 60 / 10.0  # one per kuzk interval in a 60 s partition
+    assert out["heartbeats_per_attempt"] == pytest.approx(fleet_hb)
+    # kuzk's own: operator 2 + provers 5 per attempt, the measured heartbeat replaced
+    assert out["own_writes_per_s"] == pytest.approx((7.0 - 1.0 + fleet_hb) * 10)
+    assert out["all_writes_per_s"] == pytest.approx((10.0 - 1.0 + fleet_hb) * 10)
+    # events: pods 3 + workerstatuses 5 per attempt, one per heartbeat carried too
+    assert out["controller_events_per_s"] == pytest.approx((8.0 - 1.0 + fleet_hb) * 10)
+    assert out["controller_cores"] == pytest.approx(5.0 * 10 / 1000)
+    assert out["apiserver_cores"] == pytest.approx(50.0 * 10 / 1000)
+    assert out["etcd_wal_mb_per_s"] == pytest.approx(2000.0 * 10 / 1e6)
+
+
+def test_the_job_runs_projection_counts_the_job_controller_as_its_own() -> None:
+    figures = {"writes|kcm/job-controller|create pods": 1.0,
+               "writes|kcm/job-controller|update jobs/status": 0.5,
+               "writes|kubelet|patch pods/status": 3.0, "writes|bench|create jobs": 0.1,
+               "cpu_ms|kube-controller-manager": 4.0, "cpu_ms|kube-apiserver": 20.0}
+    out = fs.projection(figures, fs.JOB, fs.Fleet(gpus=60, lanes=1, partition_s=60.0),
+                        kuzk_heartbeat_s=10.0)
+    assert out["own_writes_per_s"] == pytest.approx(1.5)
+    assert out["all_writes_per_s"] == pytest.approx(4.5)
+    assert out["controller_events_per_s"] == 0.0
+    assert out["controller_cores"] == pytest.approx(0.004)
