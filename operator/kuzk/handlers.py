@@ -1,7 +1,8 @@
 """Kopf handlers: a few lines each, handing the work to ``kuzk.runtime``.
 
-Kopf watches the ProofJobs only (and runs peering): an index keeps them in memory, and an
-event handler tells the runtime what changed. kuzk's partition pods, WorkerStatuses and
+Kopf watches the ProofJobs (and runs peering): an index keeps them in memory, and an event
+handler tells the runtime what changed; a handler of the ProofJob CRD tells it when that
+index is complete. kuzk's partition pods, WorkerStatuses and
 Nodes come from the operator's own streams (``kuzk.streams``), started here, which skip
 Kopf's per-event machinery and tell the runtime the same. The runtime decides what is worth
 a sync and runs it on its own clock, so no handler blocks, fails or is retried by Kopf. All
@@ -118,7 +119,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     controller = Controller(api_client, options.settings,
                             EventRecorder(api_client, instance, clock), store, clock)
     runtime = Runtime(controller, caches, FoldQueue(store) if store else None, metrics)
-    runtime.hold()
+    runtime.hold(jobs=True)
     memo["runtime"] = runtime
     streams = Streams(KubeClient(configuration), runtime, pods=pods,
                       worker_statuses=worker_statuses, namespaces=options.namespaces,
@@ -171,3 +172,11 @@ async def proofjob_event(type: str | None, namespace: str | None, name: str, uid
                          meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _runtime(memo).on_job(type, namespace or "", name, uid, meta.get("resourceVersion"),
                           body if type == "DELETED" else None)
+
+
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions",
+               field="metadata.name", value=f"{api.PROOFJOB_PLURAL}.{api.GROUP}")
+async def proofjobs_indexed(memo: kopf.Memo, **_: Any) -> None:
+    """Kopf calls no handler before every index of its has listed: the first event of the
+    ProofJob CRD (which exists while the operator runs) says the ProofJob index is complete."""
+    _runtime(memo).on_jobs_indexed()

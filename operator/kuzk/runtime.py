@@ -13,7 +13,8 @@ before the watches delivered it) is dropped when the job is deleted or the watch
 so memory does not grow with the number of jobs ever seen.
 
 No work runs until every stream has listed (``hold``, then ``on_listed``: at start and after
-a peering pause); then every object is looked at once. A stream's list replaces what it held,
+a peering pause) and, at start, until Kopf's index of ProofJobs is complete
+(``on_jobs_indexed``); then every object is looked at once. A stream's list replaces what it held,
 so an object deleted while it was stopped is delivered as deleted. Kopf keeps a ProofJob in
 its index until it sees its DELETED event, so after Kopf lists again a job deleted in between
 can linger: writes about such a ghost get 404 and are settled as gone; decisions never depend
@@ -126,18 +127,35 @@ class Runtime:
         self.node_workers: dict[str, dict[str, Assignment]] = {}
         self.paused = False  # by a higher-priority peer
         self.listed = True  # every stream has listed since the last hold
+        self.jobs_indexed = True  # Kopf's index of ProofJobs has listed once
+        self._replay: Callable[[], None] | None = None
 
-    def hold(self) -> None:
-        """Run no work until ``on_listed``: the streams are (re)starting."""
+    def hold(self, *, jobs: bool = False) -> None:
+        """Run no work until ``on_listed`` (the streams are starting, or starting again after
+        a pause) and, with ``jobs``, until ``on_jobs_indexed`` (Kopf is starting)."""
         self.listed = False
+        if jobs:
+            self.jobs_indexed = False
         self.queue.pause()
 
     def on_listed(self, replay: Callable[[], None]) -> None:
-        """Every stream has listed: run work again and look at everything once. ``replay``
-        delivers every object the streams hold to the ``on_*`` methods."""
-        self.listed = True
-        if self.paused:
+        """Every stream has listed. ``replay`` delivers every object the streams hold to the
+        ``on_*`` methods; it runs when work may run again."""
+        self.listed, self._replay = True, replay
+        self._open()
+
+    def on_jobs_indexed(self) -> None:
+        """Kopf's index of ProofJobs is complete: until then every partition pod would look
+        like an orphan, and settling each would cost a read of its job."""
+        if not self.jobs_indexed:
+            self.jobs_indexed = True
+            self._open()
+
+    def _open(self) -> None:
+        """Run work again and look at everything once, when nothing holds it any more."""
+        if self.paused or not self.listed or not self.jobs_indexed or self._replay is None:
             return
+        replay, self._replay = self._replay, None
         self.nodes.clear()
         self.node_workers.clear()
         self.queue.resume()

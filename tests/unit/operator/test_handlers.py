@@ -1,8 +1,9 @@
 """kuzk's Kopf handlers are watch handlers and indices only, which is what lets the operator
 skip Kopf's diff base (``kuzk.handlers.NoDiffBase``): a create, update, resume or delete
 handler, or a daemon or timer, would need it (and would put a finalizer on the objects).
-And Kopf watches ProofJobs only: pods, WorkerStatuses and Nodes are the operator's own
-streams' (``kuzk.streams``), so Kopf neither watches nor writes them."""
+And Kopf watches ProofJobs (and the ProofJob CRD, whose first event says the ProofJob index is
+complete) only: pods, WorkerStatuses and Nodes are the operator's own streams'
+(``kuzk.streams``), so Kopf neither watches nor writes them."""
 
 from __future__ import annotations
 
@@ -33,4 +34,5 @@ def test_kopf_watches_and_indexes_proofjobs_only() -> None:
     registry = kopf.get_default_registry()
     handlers_ = [*registry._watching.get_all_handlers(), *registry._indexing.get_all_handlers()]
     assert {(h.selector.group, h.selector.any_name) for h in handlers_ if h.selector} == {
-        (api.GROUP, api.PROOFJOB_PLURAL)}
+        (api.GROUP, api.PROOFJOB_PLURAL),
+        ("apiextensions.k8s.io", "customresourcedefinitions")}

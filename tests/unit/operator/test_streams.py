@@ -198,3 +198,14 @@ async def test_a_peering_pause_holds_the_runtime_until_the_next_lists() -> None:
     runtime.on_listed(lambda: runtime.on_node("ADDED", node("n1", rv="2", gpus=4)))
     assert runtime.queue.scheduled(("node", "n1"))
     await runtime.close()
+
+
+async def test_at_start_nothing_runs_until_kopfs_proofjob_index_is_complete_too() -> None:
+    controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
+    runtime = Runtime(controller, Caches({}, {}, {}))
+    runtime.hold(jobs=True)
+    runtime.on_listed(lambda: runtime.on_node("ADDED", node("n1")))
+    assert runtime.queue.tracked() == []  # every pod would look orphaned to the sync
+    runtime.on_jobs_indexed()
+    assert runtime.queue.scheduled(("node", "n1"))
+    await runtime.close()
