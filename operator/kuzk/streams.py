@@ -72,9 +72,9 @@ def slim_node(node: Mapping[str, Any]) -> Body:
     }
 
 
-def by_name(body: Mapping[str, Any]) -> dict[Hashable, Body]:
+def by_name(body: Body) -> dict[Hashable, Body]:
     """Where a WorkerStatus is filed: by its name, whatever it holds."""
-    return {(body.get("metadata") or {}).get("name", ""): dict(body)}
+    return {(body.get("metadata") or {}).get("name", ""): body}
 
 
 @dataclass
