@@ -56,9 +56,10 @@ if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in t
     sys.path.insert(0, str(ROOT))
 
 from kuzk import api, workerstatus  # noqa: E402
+from kuzk.listwatch import KubeClient  # noqa: E402
 from kuzk.status.aggregate import Filters  # noqa: E402
 from kuzk.status.view import StatusView  # noqa: E402
-from kuzk.status.watches import KubeClient, targets  # noqa: E402
+from kuzk.status.watches import targets  # noqa: E402
 from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
 from tests.testenv.controlplane import ControlPlane, free_port, stop_group, tail  # noqa: E402
 from tests.testenv.waiting import wait_for  # noqa: E402

@@ -1,18 +1,54 @@
-"""The operator's caches: read access to three ``@kopf.index`` indices of ProofJobs, kuzk's
-partition pods and WorkerStatuses. Kopf fills them from its list and watch before any other
-handler runs, so a restarted operator never decides from a half-listed world; a steady-state
-sync reads only these and spends API calls on writes.
+"""The operator's caches: read access to the indices of ProofJobs (Kopf's ``@kopf.index``),
+kuzk's partition pods and WorkerStatuses (``Index``es the operator's own streams fill,
+``kuzk.streams``). The runtime runs no work before every stream has listed (and Kopf runs no
+handler before its index has), so a restarted operator never decides from a half-listed
+world; a steady-state sync reads only these and spends API calls on writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kuzk import api
 
 Body = dict[str, Any]
 JobKey = tuple[str, str]
+
+
+class Index(Mapping[Hashable, Iterable[Body]]):
+    """Objects filed under the keys ``keys(body)`` names (several per object), shaped like a
+    Kopf index: key to the objects filed there. ``put`` refiles an object, ``remove`` drops
+    it; an object is named by its identity (namespace, name)."""
+
+    def __init__(self, keys: Callable[[Body], Mapping[Hashable, Body]]) -> None:
+        self._keys = keys
+        self._filed: dict[Hashable, dict[Hashable, Body]] = {}
+        self._where: dict[Hashable, list[Hashable]] = {}  # identity -> keys it is filed under
+
+    def put(self, identity: Hashable, body: Body) -> None:
+        self.remove(identity)
+        filed = self._keys(body)
+        for key, value in filed.items():
+            self._filed.setdefault(key, {})[identity] = value
+        self._where[identity] = list(filed)
+
+    def remove(self, identity: Hashable) -> None:
+        for key in self._where.pop(identity, ()):
+            bucket = self._filed.get(key)
+            if bucket is not None:
+                bucket.pop(identity, None)
+                if not bucket:
+                    del self._filed[key]
+
+    def __getitem__(self, key: Hashable) -> Iterable[Body]:
+        return self._filed[key].values()
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._filed)
+
+    def __len__(self) -> int:
+        return len(self._filed)
 
 
 class Caches:
@@ -61,12 +97,12 @@ def slim(body: Mapping[str, Any]) -> Body:
     return {**body, "metadata": meta}
 
 
-def pod_keys(pod: Mapping[str, Any]) -> dict[tuple[str, ...], Body]:
+def pod_keys(pod: Mapping[str, Any]) -> dict[Hashable, Body]:
     """Where a pod is filed in the pod index: by job label, by name and by node."""
     meta = pod.get("metadata") or {}
     ns, name = meta.get("namespace", ""), meta.get("name", "")
     body = slim(pod)
-    keys: dict[tuple[str, ...], Body] = {
+    keys: dict[Hashable, Body] = {
         ("job", ns, (meta.get("labels") or {}).get(api.LABEL_JOB, "")): body,
         ("pod", ns, name): body,
     }

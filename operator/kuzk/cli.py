@@ -302,6 +302,7 @@ def run_operator(args: argparse.Namespace) -> int:
             peering,
             args.ledger,
             (args.metrics_address, args.metrics_port) if args.metrics_port else None,
+            tuple(namespaces),
         )
     except (config.ConfigException, OSError) as e:
         return _no_configuration(e)

@@ -20,8 +20,8 @@ a TTL, a grace period or a sweep always fires eventually, even across an API ser
 Kopf timers would give the same clock, but they put a finalizer on every object they run
 for, which would leave ProofJobs and WorkerStatuses undeletable once the operator is
 uninstalled. While the operator is paused by a higher-priority peer the clock is stopped:
-timers are cancelled and kicks ignored; Kopf lists every object again on resume, and those
-events kick every key again.
+timers are cancelled and kicks ignored; on resume the streams list every object again and
+the runtime kicks every key again once they have (``kuzk.runtime.Runtime.on_listed``).
 """
 
 from __future__ import annotations

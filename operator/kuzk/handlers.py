@@ -1,10 +1,13 @@
 """Kopf handlers: a few lines each, handing the work to ``kuzk.runtime``.
 
-Three indices keep what the operator reconciles from in memory (ProofJobs, kuzk's partition
-pods, WorkerStatuses), fed by the watches Kopf runs anyway. The event handlers only tell the
-runtime what changed; it decides what is worth a sync and runs it on its own clock, so no
-handler blocks, fails or is retried by Kopf. All state lives in one ``Runtime`` made at
-startup and kept in Kopf's ``memo``; ``configure`` makes the memo ``kopf.run`` starts with.
+Kopf watches the ProofJobs (and runs peering): an index keeps them in memory, and an event
+handler tells the runtime what changed; a handler of the ProofJob CRD tells it when that
+index is complete. kuzk's partition pods, WorkerStatuses and
+Nodes come from the operator's own streams (``kuzk.streams``), started here, which skip
+Kopf's per-event machinery and tell the runtime the same. The runtime decides what is worth
+a sync and runs it on its own clock, so no handler blocks, fails or is retried by Kopf. All
+state lives in one ``Runtime`` made at startup and kept in Kopf's ``memo``; ``configure``
+makes the memo ``kopf.run`` starts with.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ import kopf
 from kubernetes import client
 
 from kuzk import api
-from kuzk.caches import Caches, pod_keys, slim
+from kuzk.caches import Caches, Index, pod_keys, slim
 from kuzk.clock import SYSTEM
 from kuzk.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
 from kuzk.kubeconfig import load_config
 from kuzk.ledger_store import FoldQueue, LedgerStore
+from kuzk.listwatch import KubeClient
 from kuzk.operator_metrics import OperatorMetrics
 from kuzk.peering import Peering, PeerWatch
 from kuzk.pods import PodSettings
 from kuzk.runtime import Runtime
+from kuzk.streams import Streams, by_name
 
 log = logging.getLogger("kuzk.handlers")
 # Threads of the loop's default executor, where the runtime's blocking calls (syncs, sweeps,
@@ -38,9 +43,6 @@ log = logging.getLogger("kuzk.handlers")
 # the syncs of 200 jobs on 64 nodes behind one another and put job status seconds behind
 # its pods. The work queue still runs one sync per job at a time.
 CALL_THREADS = 32
-POD_FILTER: dict[str, Any] = {
-    api.LABEL_MANAGED_BY: api.MANAGER, api.LABEL_JOB: kopf.PRESENT,
-}
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,17 @@ class Options:
     peering: Peering | None = None
     ledger: tuple[str, str] | None = None  # the ledger's ConfigMap: namespace, name
     metrics: tuple[str, int] | None = None  # address and port of the operator's /metrics
+    namespaces: tuple[str, ...] = ()  # the namespaces Kopf watches (none: all)
 
 
 def configure(settings: PodSettings, peering: Peering | None = None,
               ledger: tuple[str, str] | None = None,
-              metrics: tuple[str, int] | None = None) -> kopf.Memo:
-    """Load the cluster configuration and return the memo to give ``kopf.run(memo=...)``."""
+              metrics: tuple[str, int] | None = None,
+              namespaces: tuple[str, ...] = ()) -> kopf.Memo:
+    """Load the cluster configuration and return the memo to give ``kopf.run(memo=...)``
+    (with the same ``namespaces``)."""
     load_config()
-    return kopf.Memo(options=Options(settings, peering, ledger, metrics))
+    return kopf.Memo(options=Options(settings, peering, ledger, metrics, namespaces))
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -106,16 +111,22 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
     if metrics is not None:
         metrics.count_requests(api_client)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
-    caches = Caches(indices["kuzk_jobs"], indices["kuzk_pods"], indices["kuzk_workers"])
     clock = SYSTEM
+    pods, worker_statuses = Index(pod_keys), Index(by_name)
+    caches = Caches(indices["kuzk_jobs"], pods, worker_statuses)
     store = (LedgerStore(api_client, *options.ledger, caches.uids, clock) if options.ledger
              else None)
     controller = Controller(api_client, options.settings,
                             EventRecorder(api_client, instance, clock), store, clock)
     runtime = Runtime(controller, caches, FoldQueue(store) if store else None, metrics)
+    runtime.hold(jobs=True)
     memo["runtime"] = runtime
+    streams = Streams(KubeClient(configuration), runtime, pods=pods,
+                      worker_statuses=worker_statuses, namespaces=options.namespaces,
+                      metrics=metrics, clock=clock)
+    memo["streams"] = streams
     if metrics is not None and options.metrics:
-        metrics.follow(lambda: len(runtime.queue.tracked()), lambda: runtime.queue.paused)
+        metrics.follow(lambda: len(runtime.queue.tracked()), lambda: runtime.paused)
         address, port = options.metrics
         try:
             metrics.serve(port, address)
@@ -123,10 +134,21 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
             msg = f"cannot serve /metrics on {address}:{port}: {e.strerror or e}"
             raise kopf.PermanentError(msg) from None
         log.info("serving the operator's /metrics on %s:%d", address, port)
-    if options.peering is not None:
-        watch = PeerWatch(controller.api_client, options.peering, runtime.on_peering, clock)
-        watch.start()
-        memo["peer_watch"] = watch
+    if options.peering is None:
+        streams.start()
+        return
+
+    def on_peering(paused: bool) -> None:
+        # The watch's first answer starts the streams; a pause stops them, a resume lists.
+        runtime.on_peering(paused)
+        if paused:
+            streams.stop()
+        else:
+            streams.start()
+
+    watch = PeerWatch(controller.api_client, options.peering, on_peering, clock)
+    watch.start()
+    memo["peer_watch"] = watch
 
 
 @kopf.on.cleanup()
@@ -134,22 +156,15 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     watch = memo.get("peer_watch")
     if isinstance(watch, PeerWatch):
         watch.stop()
+    streams = memo.get("streams")
+    if isinstance(streams, Streams):
+        await streams.close()
     await _runtime(memo).close()
 
 
 @kopf.index(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL, id="kuzk_jobs")
 async def kuzk_jobs(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     return {(namespace, name): slim(body)}
-
-
-@kopf.index("", "v1", "pods", labels=POD_FILTER, id="kuzk_pods")
-async def kuzk_pods(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return pod_keys(body)
-
-
-@kopf.index(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, id="kuzk_workers")
-async def kuzk_workers(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {name: slim(body)}
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
@@ -159,17 +174,9 @@ async def proofjob_event(type: str | None, namespace: str | None, name: str, uid
                           body if type == "DELETED" else None)
 
 
-@kopf.on.event("", "v1", "pods", labels=POD_FILTER)
-async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    _runtime(memo).on_pod(type, body)
-
-
-@kopf.on.event("", "v1", "nodes")
-async def node_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    _runtime(memo).on_node(type, body)
-
-
-@kopf.on.event(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
-async def workerstatus_event(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo,
-                       **_: Any) -> None:
-    _runtime(memo).on_worker_status(type, name, body)
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions",
+               field="metadata.name", value=f"{api.PROOFJOB_PLURAL}.{api.GROUP}")
+async def proofjobs_indexed(memo: kopf.Memo, **_: Any) -> None:
+    """Kopf calls no handler before every index of its has listed: the first event of the
+    ProofJob CRD (which exists while the operator runs) says the ProofJob index is complete."""
+    _runtime(memo).on_jobs_indexed()

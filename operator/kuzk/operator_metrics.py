@@ -1,7 +1,8 @@
 """The operator's own ``/metrics`` (``kuzk operator --metrics-port``), from prometheus-client
 with a registry of its own: how long its work takes and how often it fails, by kind (a job's
 sync, an orphaned pod, a node's WorkerStatus, a node's worker sweep); its API requests by
-method and status code (the operator's own calls, not Kopf's watches); the keys on its clock;
+method and status code (the operator's own calls, not the watches); its streams' watch events
+by resource and type, their lists and their restarts (``kuzk.streams``); the keys on its clock;
 whether a higher-priority peer has paused it; ``kuzk_build_info``; and the process's own.
 What the fleet does is the status server's to export, not this one's.
 """
@@ -64,6 +65,19 @@ class OperatorMetrics:
             "kuzk_operator_api_requests",
             "The operator's own API requests by HTTP method and status code (0: no answer).",
             ["method", "code"], registry=self.registry)
+        self.watch_events = Counter(
+            "kuzk_operator_watch_events",
+            "Watch events the operator's own streams received, by resource (pods, workerstatuses,"
+            " nodes) and type (ADDED, MODIFIED, DELETED; a list counts what it changed).",
+            ["resource", "type"], registry=self.registry)
+        self.watch_lists = Counter(
+            "kuzk_operator_watch_lists",
+            "Full lists by the operator's streams: one at start, one after each 410 Gone or"
+            " peering pause.", ["resource"], registry=self.registry)
+        self.watch_restarts = Counter(
+            "kuzk_operator_watch_restarts",
+            "Watches of the operator's streams that broke (an error, a lost connection, 410"
+            " Gone) and resumed or listed again.", ["resource"], registry=self.registry)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
 

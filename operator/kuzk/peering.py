@@ -4,7 +4,8 @@ Kopf pauses a replica's watches while its peering object lists a live peer of hi
 same) priority, but it tells no handler, and kuzk's clock (``kuzk.clock``) is kuzk's own: a
 paused replica must stop its timers and syncs too. ``PeerWatch`` watches the same peering
 object Kopf uses (one watch, no polling), applies the same rule with the same identity (the
-one ``kuzk operator`` hands to Kopf) and calls ``on_change(paused)`` when the answer flips.
+one ``kuzk operator`` hands to Kopf) and calls ``on_change(paused)`` with its first answer
+and whenever the answer flips.
 A peer that dies silently stops counting when its record expires, as in Kopf.
 """
 
@@ -106,7 +107,7 @@ class PeerWatch:
         self._peering = peering
         self._on_change = on_change
         self._status: dict[str | None, Mapping[str, Any]] = {}
-        self._paused = False
+        self._paused: bool | None = None  # no answer yet
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: Timer | None = None

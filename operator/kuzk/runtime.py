@@ -1,6 +1,7 @@
 """The running operator's state: one object, made at startup and kept in Kopf's ``memo``.
 
-It reads from memory fed by the watches Kopf already runs (``kuzk.caches``), decides which
+It reads from memory fed by the watches (``kuzk.caches``: Kopf's index of ProofJobs and the
+operator's own streams of pods, WorkerStatuses and Nodes, ``kuzk.streams``), decides which
 events matter, and drives the clock (``kuzk.clock.WorkQueue``) whose
 runs call the blocking ``Controller`` in a thread. A steady-state sync makes no LIST and no
 GET: it spends API calls on writes, and a 409 tells it the cache was stale.
@@ -11,17 +12,21 @@ partition pod whose ProofJob is gone; ``("node", name)`` ensures a GPU node's Wo
 before the watches delivered it) is dropped when the job is deleted or the watch catches up,
 so memory does not grow with the number of jobs ever seen.
 
-Kopf keeps an object in an index until it sees its DELETED event; after a watch had to list
-again (HTTP 410, or a resume after a peering pause) an object deleted in between can linger.
-Writes about such a ghost get 404 and are settled as gone; decisions never depend on a pod
-existing beyond its job's recorded attempt (``kuzk.partitions`` keeps that watermark).
+No work runs until every stream has listed (``hold``, then ``on_listed``: at start and after
+a peering pause) and, at start, until Kopf's index of ProofJobs is complete
+(``on_jobs_indexed``); then every object is looked at once. A stream's list replaces what it held,
+so an object deleted while it was stopped is delivered as deleted. Kopf keeps a ProofJob in
+its index until it sees its DELETED event, so after Kopf lists again a job deleted in between
+can linger: writes about such a ghost get 404 and are settled as gone; decisions never depend
+on a pod existing beyond its job's recorded attempt (``kuzk.partitions`` keeps that
+watermark), and an orphaned pod is deleted only after one read confirms its job is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +125,43 @@ class Runtime:
         self.jobs: dict[JobKey, JobState] = {}
         self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
         self.node_workers: dict[str, dict[str, Assignment]] = {}
+        self.paused = False  # by a higher-priority peer
+        self.listed = True  # every stream has listed since the last hold
+        self.jobs_indexed = True  # Kopf's index of ProofJobs has listed once
+        self._replay: Callable[[], None] | None = None
+
+    def hold(self, *, jobs: bool = False) -> None:
+        """Run no work until ``on_listed`` (the streams are starting, or starting again after
+        a pause) and, with ``jobs``, until ``on_jobs_indexed`` (Kopf is starting)."""
+        self.listed = False
+        if jobs:
+            self.jobs_indexed = False
+        self.queue.pause()
+
+    def on_listed(self, replay: Callable[[], None]) -> None:
+        """Every stream has listed. ``replay`` delivers every object the streams hold to the
+        ``on_*`` methods; it runs when work may run again."""
+        self.listed, self._replay = True, replay
+        self._open()
+
+    def on_jobs_indexed(self) -> None:
+        """Kopf's index of ProofJobs is complete: until then every partition pod would look
+        like an orphan, and settling each would cost a read of its job."""
+        if not self.jobs_indexed:
+            self.jobs_indexed = True
+            self._open()
+
+    def _open(self) -> None:
+        """Run work again and look at everything once, when nothing holds it any more."""
+        if self.paused or not self.listed or not self.jobs_indexed or self._replay is None:
+            return
+        replay, self._replay = self._replay, None
+        self.nodes.clear()
+        self.node_workers.clear()
+        self.queue.resume()
+        replay()
+        for namespace, name in self.caches.job_keys():
+            self.queue.kick(("job", namespace, name))
 
     # --- events --------------------------------------------------------------------------
     def on_job(self, event: str | None, namespace: str, name: str, uid: str,
@@ -184,13 +226,15 @@ class Runtime:
             self.queue.kick(("node", name))
 
     def on_peering(self, paused: bool) -> None:
+        """A higher-priority peer paused this replica, or let it go: the caller stops the
+        streams, or starts them, and work runs again once they have listed."""
+        was, self.paused = self.paused, paused
         if paused:
-            log.info("paused by a higher-priority peer: timers and syncs stop")
-            self.queue.pause()
+            log.info("paused by a higher-priority peer: timers, syncs and streams stop")
+            self.hold()
             self.jobs.clear()
-        else:
-            log.info("resumed: Kopf lists every object again, each gets a sync")
-            self.queue.resume()
+        elif was:
+            log.info("resumed: the streams list again, then every object gets a look")
 
     # --- the clock's work ----------------------------------------------------------------
     async def _work(self, key: Hashable) -> float | None:

@@ -1,5 +1,6 @@
 """ARCHITECTURE.md's direction of imports, checked on the source: the status server imports of
-the operator's package only ``api``, ``workerstatus`` and ``ledger`` (pure models); the pure
+the operator's package only ``api``, ``workerstatus`` and ``ledger`` (pure models) and
+``listwatch`` (the read-only list+watch loop it shares with the operator's streams); the pure
 decision knows neither Kopf nor the Kubernetes client; the prover imports the operator's
 package in ``reporter``, ``entrypoint`` and ``lane_agent``, ``inputs`` its vocabulary
 (``kuzk.api``, the one table of proof kinds) and its proving core nothing of it. And the
@@ -37,8 +38,8 @@ def of_operator(names: set[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("path", sorted((OPERATOR / "status").glob("*.py")), ids=lambda p: p.name)
-def test_the_status_server_imports_only_api_workerstatus_and_ledger(path: Path) -> None:
-    allowed = ("kuzk.api", "kuzk.workerstatus", "kuzk.ledger", "kuzk.status")
+def test_the_status_server_imports_only_its_models_and_the_list_watch_loop(path: Path) -> None:
+    allowed = ("kuzk.api", "kuzk.workerstatus", "kuzk.ledger", "kuzk.listwatch", "kuzk.status")
     wrong = {n for n in of_operator(imported(path)) - {"kuzk"}
              if not n.startswith(allowed)}
     assert not wrong, f"{path.name} imports {sorted(wrong)}"

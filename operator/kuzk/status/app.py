@@ -22,11 +22,12 @@ from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kuzk import api
+from kuzk.listwatch import KubeClient
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE
 from kuzk.status.view import StatusView
-from kuzk.status.watches import KubeClient, Watches
+from kuzk.status.watches import Watches
 
 STATIC = Path(__file__).parent / "static"
 QUERY_LIMIT = 8 * 1024

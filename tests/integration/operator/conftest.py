@@ -179,7 +179,8 @@ def inprocess_operator(
     started: list[InProcessOperator] = []
 
     def start() -> InProcessOperator:
-        memo = handlers.configure(replace(STANDIN_SETTINGS, command=tuple(standin_command(plan))))
+        memo = handlers.configure(replace(STANDIN_SETTINGS, command=tuple(standin_command(plan))),
+                                  namespaces=(namespace,))
         loop, stop_flag = asyncio.new_event_loop(), threading.Event()
 
         def main() -> None:

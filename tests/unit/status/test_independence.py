@@ -1,6 +1,6 @@
 """The status server runs, scales and restarts on its own: importing it loads nothing of the
 operator's handlers or controller (nor Kopf), and of the operator it imports only the
-vocabulary and the WorkerStatus model."""
+vocabulary, the WorkerStatus model, the ledger and the read-only list+watch loop."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def test_status_package_loads_no_operator_code() -> None:
 def test_status_package_imports_only_api_and_the_workerstatus_model() -> None:
     """ARCHITECTURE.md: status/* imports only ``api``, ``workerstatus`` and ``ledger`` of the
     operator, so it reads WorkerStatuses and the ledger through their one model and never
-    the write protocol."""
-    allowed = {"kuzk.api", "kuzk.workerstatus", "kuzk.ledger"}
+    the write protocol, and ``listwatch``, the list+watch loop it shares with the
+    operator's streams, which only reads."""
+    allowed = {"kuzk.api", "kuzk.workerstatus", "kuzk.ledger", "kuzk.listwatch"}
     found: dict[str, set[str]] = {}
     for source in sorted(PACKAGE.glob("*.py")):
         for node in ast.walk(ast.parse(source.read_text())):
