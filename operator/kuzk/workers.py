@@ -361,14 +361,13 @@ def decide_leave(
 
 
 def _marked(worker: Worker, lane: Lane, mark: datetime | None, now: datetime) -> Worker:
-    """``worker`` with ``lane`` marked not live since ``mark`` (None: live again). A new mark
-    first accounts the GPU's time up to ``mark`` by the mode it was in, so the seconds after
-    it count as ``not_live`` (``Worker.open_seconds``)."""
-    if mark is not None and lane.not_live_since is None:
-        mark = min(mark, now)
-        at = worker.gpu_time.accounted_at
-        if at is not None and mark > at:
-            worker = replace(worker, gpu_time=worker.accounted(mark))
+    """``worker`` with ``lane`` marked not live since ``mark`` (None: live again). Its GPU's
+    time is first accounted by the mode it was in up to the moment the mode changed: ``mark``
+    for a new mark (the seconds after it count as ``not_live``), now for a lane live again."""
+    moment = now if mark is None else min(mark, now)
+    at = worker.gpu_time.accounted_at
+    if at is not None and moment > at:
+        worker = replace(worker, gpu_time=worker.accounted(moment))
     return worker.with_lane(replace(lane, not_live_since=mark))
 
 
