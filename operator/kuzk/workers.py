@@ -360,17 +360,6 @@ def decide_leave(
     return decide_release(status, assignment, outcome, now)
 
 
-def _marked(worker: Worker, lane: Lane, mark: datetime | None, now: datetime) -> Worker:
-    """``worker`` with ``lane`` marked not live since ``mark`` (None: live again). Its GPU's
-    time is first accounted by the mode it was in up to the moment the mode changed: ``mark``
-    for a new mark (the seconds after it count as ``not_live``), now for a lane live again."""
-    moment = now if mark is None else min(mark, now)
-    at = worker.gpu_time.accounted_at
-    if at is not None and moment > at:
-        worker = replace(worker, gpu_time=worker.accounted(moment))
-    return worker.with_lane(replace(lane, not_live_since=mark))
-
-
 def decide_sweep(
     status: Mapping[str, Any],
     live_pods: Mapping[str, WorkerOutcome | None],
@@ -388,20 +377,21 @@ def decide_sweep(
     (``previousPodUIDs``)."""
     model = parse(status, now)
     not_live = not_live or {}
-    # First the marks (each new one accounts its GPU's time up to it), then the removals.
-    base, marked = model, []
+    # First the marks, then the removals; the write accounts the time up to now by the mode
+    # the object showed, so a GPU's not_live seconds start with its mark.
+    after, marked = model, []
     for worker in model.workers:
         for lane in worker.lanes:
             mark = not_live.get(lane.pod.uid)
             if live_pods.get(lane.pod.uid, "lost") is None and (
                     (mark is None) != (lane.not_live_since is None)):
-                current = base.worker(worker.id) or worker
-                base = base.with_worker(_marked(current, lane, mark, now))
+                current = after.worker(worker.id) or worker
+                after = after.with_worker(
+                    current.with_lane(replace(lane, not_live_since=mark)))
                 marked.append(f"{describe(lane.pod)} on {worker.id} is"
                               f" {'live again' if mark is None else 'not live'}")
     released: list[Released] = []
-    after = base
-    for worker in base.workers:
+    for worker in list(after.workers):
         for lane in worker.lanes:
             uid = lane.pod.uid
             outcome: WorkerOutcome | None = live_pods.get(uid, "lost")
@@ -417,7 +407,7 @@ def decide_sweep(
     notes = tuple(
         f"sweep released {r.worker_id} from {describe(r.pod)} ({r.outcome})" for r in released
     )
-    return WriteDecision(_write(after, base, now), released, notes=(*notes, *marked))
+    return WriteDecision(_write(after, model, now), released, notes=(*notes, *marked))
 
 
 # --- guarded writes ----------------------------------------------------------------------

@@ -244,36 +244,28 @@ class Worker:
             return WorkerState.GPU
         return WorkerState.WAITING if self.lanes else WorkerState.IDLE
 
-    def mode(self) -> tuple[str, datetime | None]:
-        """The mode (``GPU_TIME_MODES``) this GPU is in, and since when it is in it for a
-        reason of its lanes' liveness (None: as long as the worker is as it is): ``busy``
-        while its holder is live, ``not_live`` while its holder is not (since it stopped
-        being live) or, with no holder, while none of its lanes is live (since the last of
-        them stopped), ``cpu`` with lanes, else ``no_lane``."""
+    def mode(self) -> str:
+        """The mode (``GPU_TIME_MODES``) this GPU is in: ``busy`` while its holder is live,
+        ``not_live`` while its holder is not or, with no holder, while none of its lanes is
+        live, ``cpu`` with lanes, else ``no_lane``. A lane is not live from the operator's
+        write that marks it (``kuzk.workers.decide_sweep``), so every write, whoever makes
+        it, accounts the same seconds to the same mode."""
         if self.holder is not None:
             held = self.holding_lane()
-            if held is None or held.not_live_since is None:
-                return BUSY, None
-            return IDLE_NOT_LIVE, held.not_live_since
+            return BUSY if held is None or held.live else IDLE_NOT_LIVE
         if not self.lanes:
-            return IDLE_NO_LANE, None
-        marks = [lane.not_live_since for lane in self.lanes]
-        if any(mark is None for mark in marks):
-            return IDLE_CPU, None
-        return IDLE_NOT_LIVE, max(mark for mark in marks if mark is not None)
+            return IDLE_NO_LANE
+        return IDLE_CPU if any(lane.live for lane in self.lanes) else IDLE_NOT_LIVE
 
     def open_seconds(self, now: datetime) -> dict[str, float]:
         """The seconds from ``gpu_time.accounted_at`` to ``now`` by the mode this worker was
-        in (``mode``). The operator's write that marks a lane not live first accounts up to
-        the moment the lane stopped being live, so the seconds after it count as
-        ``not_live`` (``kuzk.workers.decide_sweep``)."""
+        in (``mode``)."""
         if self.gpu_time.accounted_at is None:
             return {}
         start, end = self.gpu_time.accounted_at.timestamp(), now.timestamp()
         if end <= start:
             return {}
-        mode, _ = self.mode()
-        return {mode: end - start}
+        return {self.mode(): end - start}
 
     def accounted(self, now: datetime) -> GpuTime:
         """Its GPU time up to ``now``: what is stored plus ``open_seconds`` (a worker never

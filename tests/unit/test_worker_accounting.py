@@ -83,17 +83,18 @@ def test_a_reader_adds_the_open_mode_up_to_its_now_and_a_later_write_agrees() ->
                                          "no_lane": 0.0}
 
 
-def test_a_lane_marked_not_live_turns_the_time_since_its_pod_stopped_into_not_live() -> None:
-    """The operator's mark accounts up to the moment the pod stopped being live by the mode
-    the object showed, and the seconds after it as not_live, whatever the mark's own time."""
+def test_a_lane_marked_not_live_counts_not_live_from_its_mark() -> None:
+    """The operator's mark is the object's first word of it: the write accounts up to its own
+    moment by the mode the object showed (cpu), the seconds after it as not_live."""
     status = run(lambda s: decide_join(s, GPU0, A, at(0)),
                  lambda s: decide_stage(s, A, "synthesizing", at(10)))
     assert seconds(status, at(100)) == {"busy": 0.0, "cpu": 100.0, "not_live": 0.0,
                                         "no_lane": 0.0}, "no write since: still cpu"
     marked = run(lambda s: decide_sweep(s, {A.pod_uid: None}, at(100), {A.pod_uid: at(40)}),
                  start=status)
-    assert seconds(marked) == {"busy": 0.0, "cpu": 40.0, "not_live": 60.0, "no_lane": 0.0}
-    assert seconds(marked, at(130))["not_live"] == 90.0
+    assert seconds(marked) == {"busy": 0.0, "cpu": 100.0, "not_live": 0.0, "no_lane": 0.0}
+    assert parse(marked).workers[0].lanes[0].not_live_since == at(40)
+    assert seconds(marked, at(130))["not_live"] == 30.0
     swept = run(lambda s: decide_sweep(s, {}, at(130)), start=marked)
     assert seconds(swept) == seconds(marked, at(130))
 
@@ -103,10 +104,10 @@ def test_a_holder_marked_not_live_is_idle_not_busy_and_busy_again_once_live() ->
     assert seconds(status, at(100))["busy"] == 100.0, "a holder is busy without writing"
     marked = run(lambda s: decide_sweep(s, {A.pod_uid: None}, at(25), {A.pod_uid: at(20)}),
                  start=status)
-    assert parse(marked).workers[0].mode() == ("not_live", at(20))
+    assert parse(marked).workers[0].mode() == "not_live"
     live = run(lambda s: decide_sweep(s, {A.pod_uid: None}, at(50)), start=marked)
-    assert parse(live).workers[0].mode() == ("busy", None)
-    assert seconds(live, at(60)) == {"busy": 30.0, "cpu": 0.0, "not_live": 30.0,
+    assert parse(live).workers[0].mode() == "busy"
+    assert seconds(live, at(60)) == {"busy": 35.0, "cpu": 0.0, "not_live": 25.0,
                                      "no_lane": 0.0}
 
 
@@ -114,11 +115,11 @@ def test_lanes_are_not_live_only_when_every_one_is() -> None:
     status = run(lambda s: decide_join(s, GPU0, A, at(0)), lambda s: decide_join(s, GPU0, B, at(0)))
     one = run(lambda s: decide_sweep(s, {A.pod_uid: None, B.pod_uid: None}, at(10),
                                      {A.pod_uid: at(5)}), start=status)
-    assert parse(one).workers[0].mode() == ("cpu", None)
+    assert parse(one).workers[0].mode() == "cpu"
     both = run(lambda s: decide_sweep(s, {A.pod_uid: None, B.pod_uid: None}, at(20),
                                       {A.pod_uid: at(5), B.pod_uid: at(15)}), start=one)
-    assert parse(both).workers[0].mode() == ("not_live", at(15))
-    assert seconds(both, at(30)) == {"busy": 0.0, "cpu": 15.0, "not_live": 15.0,
+    assert parse(both).workers[0].mode() == "not_live"
+    assert seconds(both, at(30)) == {"busy": 0.0, "cpu": 20.0, "not_live": 10.0,
                                      "no_lane": 0.0}
 
 

@@ -64,16 +64,15 @@ class Queue:
         return any(b not in joined for b in bound)
 
 
-def mode_of(worker: workerstatus.Worker, scheduling: bool, now: float) -> tuple[str, float]:
-    """The mode a GPU is in now, and since when at the latest (a lane went not live when its
-    pod stopped being live, not when its mark arrived). ``scheduling``: a partition that
-    could run on it is pending, or bound to its node and not a lane yet
-    (``Queue.scheduling``). The modes of GPUs with lanes are the object's own
-    (``workerstatus.Worker.mode``), the ones its stored seconds count."""
-    mode, since = worker.mode()
+def mode_of(worker: workerstatus.Worker, scheduling: bool) -> str:
+    """The mode a GPU is in now. ``scheduling``: a partition that could run on it is
+    pending, or bound to its node and not a lane yet (``Queue.scheduling``). The modes of
+    GPUs with lanes are the object's own (``workerstatus.Worker.mode``), the ones its stored
+    seconds count."""
+    mode = worker.mode()
     if mode == workerstatus.IDLE_NO_LANE:
-        return (SCHEDULING if scheduling else NO_WORK), now
-    return mode, now if since is None else min(now, since.timestamp())
+        return SCHEDULING if scheduling else NO_WORK
+    return mode
 
 
 @dataclass
@@ -153,8 +152,7 @@ class History:
             for w in node.workers:
                 track = self.workers.get((node.node, w.id))
                 if track is not None:
-                    mode, since = mode_of(w, scheduling, now)
-                    track.switch(mode, since)
+                    track.switch(mode_of(w, scheduling), now)
 
     def forgot_workers(self, node: WorkerNode) -> None:
         """The WorkerStatus was deleted (its node is gone): its workers leave the screen."""

@@ -186,7 +186,7 @@ class NodeModel:
         """The operator's sweep: ``live`` maps each existing pod to None while its lane is
         its prover's or its finalizer's to end, else to the outcome of its end; a lane goes
         when its pod is gone, or when its pod's outcome is given."""
-        return self.sweep(lambda uid, _: "lost" if uid not in live else live[uid])
+        return self.sweep(lambda uid, _: live.get(uid, "lost"))
 
     def expected(self) -> dict[str, Any]:
         return {
