@@ -199,8 +199,7 @@ class Server(socketserver.ThreadingTCPServer):
         assignment = Assignment(namespace, job, job_uid, kind, int(partition), int(attempt),
                                 pod, pod_uid)
         reporter = Reporter(self.api, node, assignment,
-                            visible_devices="" if gpus == "none" else gpus,
-                            heartbeat_interval=self.heartbeat)
+                            visible_devices="" if gpus == "none" else gpus)
         reporter.stats = self.stats
         try:
             reporter.join()
