@@ -4,6 +4,7 @@ for the write it makes anyway."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kuzk import ledger
 from kuzk.workers import (
     Assignment,
     Gpu,
@@ -186,3 +188,18 @@ def test_lane_writes_carry_the_memory_their_prover_measured() -> None:
     assert (lane["hostMemoryBytes"], lane["deviceMemoryBytes"]) == (530, 0), (
         "a write without a measurement keeps the last one")
     assert parse(released).workers[0].lanes[0].memory == Memory(530, 0)
+
+
+def test_seconds_a_former_release_counted_as_unknown_go_on_as_not_live() -> None:
+    """Lanes whose heartbeats had stopped were ``unknown``; nothing they counted is lost."""
+    stored = {"workers": [{"id": "W0", "gpu": {"uuid": "GPU-0"}, "state": "idle", "lanes": [],
+                           "gpuTime": {"busySeconds": 4.0, "unknownSeconds": 6.0,
+                                       "accountedAt": "2025-03-04T05:06:07.000Z"}}]}
+    assert seconds(stored)["not_live"] == 6.0
+    assert "unknownSeconds" not in parse(stored).as_status(NOW)["workers"][0]["gpuTime"]
+    book = ledger.parse({"data": {ledger.DATA_KEY: json.dumps({
+        "schema": ledger.SCHEMA, "folded": {},
+        "tally": {"gpuSeconds": [{"node": "n", "worker": "W0", "gpuUUID": "GPU-0",
+                                  "seconds": {"busy": 1.0, "unknown": 2.5}}]}})}})
+    assert dict(book.tally.gpu_seconds[("n", "W0", "GPU-0", "")]) == {"busy": 1.0,
+                                                                     "not_live": 2.5}
