@@ -8,6 +8,7 @@ phase and the waiting lane holds it, within 90 s of the hang. A lane's pod delet
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -24,6 +25,7 @@ from tests.testenv.kubelet import ProcessKubelet
 from tests.testenv.waiting import wait_for
 
 HANDOVER_S = 90.0
+log = logging.getLogger(__name__)
 
 
 def _worker(cluster: Cluster, node: str) -> dict[str, Any]:
@@ -83,6 +85,8 @@ def test_a_hung_holder_shows_not_live_then_loses_the_gpu_phase_within_90_s(
     wait_for(lambda: _holder(_worker(cluster, node)) == waiter,
              HANDOVER_S - (time.monotonic() - hung), "the waiting lane holding the GPU phase")
     handed = time.monotonic() - hung
+    log.info("hung holder: shown not live after %.1f s, GPU phase handed over after %.1f s",
+             shown, handed)
     assert shown < handed <= HANDOVER_S, (shown, handed)
     killed = client.CoreV1Api(cluster.api).read_namespaced_pod_status(runner.name, namespace)
     terminated = killed.status.container_statuses[0].state.terminated
