@@ -208,6 +208,7 @@ class Runtime:
             log.info("paused by a higher-priority peer: timers and syncs stop")
             self.queue.pause()
             self.jobs.clear()
+            self.not_live.clear()  # the relist on resuming shows each pod's liveness again
         else:
             log.info("resumed: Kopf lists every object again, each gets a sync")
             self.queue.resume()
