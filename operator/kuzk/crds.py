@@ -342,8 +342,9 @@ def _workerstatus_status() -> dict[str, Any]:
                 },
             ),
             "state": string(
-                "gpu while a lane holds the GPU phase (the only busy state), waiting while"
-                " lanes exist but none holds it, idle with no lanes.",
+                "gpu while a lane holds the GPU phase (the only busy state, while that lane is"
+                " live: see notLiveSince), waiting while lanes exist but none holds it, idle"
+                " with no lanes.",
                 enum=[str(s) for s in WorkerState],
             ),
             "lanes": arr(
