@@ -248,8 +248,7 @@ class Server(socketserver.ThreadingTCPServer):
         GPU's lanes, synthesizing, synth_done, the GPU phase (acquire, waiting while another
         lane holds it; release), leave. False when the pod was killed meanwhile (the lane
         leaves as failed)."""
-        reporter = Reporter(self.api, node, assignment, visible_devices=visible_devices,
-                            heartbeat_interval=self.heartbeat)
+        reporter = Reporter(self.api, node, assignment, visible_devices=visible_devices)
         reporter.stats = self.stats
         try:
             reporter.join()

@@ -5,7 +5,7 @@
 Run on a machine with an NVIDIA GPU and CuPy. It proves one snap-update partition on CuPy
 inside a ``gpu_phase`` that samples ``kuzk_prover.reporter.cupy_pool_bytes`` (the figure every
 lane write carries as ``deviceMemoryBytes``) every 5 ms while the phase is held (what a
-heartbeat written during the phase carries), then once more when the phase ends (what the
+write during the phase would carry), then once more when the phase ends (what the
 ``release_gpu`` write carries). It prints both, and exits 1 unless the phase showed device
 memory above 0 and its end showed 0.
 """

@@ -61,7 +61,7 @@ from tests.testenv.kubelet import NodeSpec  # noqa: E402
 from tests.testenv.waiting import wait_for  # noqa: E402
 
 NAMESPACE = "pipeline"
-REASONS = ("no_work", "scheduling", "cpu", "unknown")
+REASONS = ("no_work", "scheduling", "cpu", "not_live")
 JOB_TIMEOUT_S = 900.0
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -110,7 +110,7 @@ def worker_status(node: int, gpus: int, jobs: int) -> dict[str, Any]:
                 lanes.append(workerstatus.Lane(
                     pod=workerstatus.PodRef(f"{name}-p{k}-a1", str(uuid.uuid4())),
                     job=workerstatus.JobRef(NAMESPACE, name, str(uuid.uuid4()), "snap-update"),
-                    partition=k, attempt=1, priority=0, stage=stage, since=now, heartbeat=now))
+                    partition=k, attempt=1, priority=0, stage=stage, since=now))
             worker = replace(worker, lanes=tuple(lanes),
                              holder=workerstatus.Holder(lanes[0].pod, now))
         workers.append(worker)

@@ -256,6 +256,29 @@ def pod_partition(pod: Mapping[str, Any]) -> tuple[int, int] | None:
     return int(partition), int(attempt)
 
 
+def pod_not_live_since(pod: Mapping[str, Any]) -> datetime | None:
+    """Since when a running partition pod is not live: its Ready condition turned False after
+    its containers started (its prover's readiness probe fails: it is stuck, and its liveness
+    probe will soon have it killed; or its node stopped reporting). None while it is live,
+    before it is first ready (a pod starting is not a stuck one), and once it has ended (its
+    finalizer release frees its lane then). The one rule, for the operator's marks on lanes
+    (``kuzk.workers.decide_sweep``) and every reader of them."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return None
+    ready = next((c for c in status.get("conditions") or []
+                  if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "False":
+        return None
+    since = as_timestamp(ready.get("lastTransitionTime"))
+    started = [as_timestamp(((c.get("state") or {}).get("running") or {}).get("startedAt"))
+               for c in status.get("containerStatuses") or [] if isinstance(c, Mapping)]
+    known = [t for t in started if t is not None]
+    if since is None or not known or since <= max(known):
+        return None
+    return datetime.fromtimestamp(since, UTC)
+
+
 def error_status(body: str | bytes | None) -> Mapping[str, Any]:
     """The API server's Status in the body of an error answer; {} when the body holds none."""
     try:

@@ -453,18 +453,21 @@ class Controller:
 
     def sweep(
         self, node_name: str, live: Mapping[str, api.WorkerOutcome | None],
-        worker_status: Body | None,
+        worker_status: Body | None, not_live: Mapping[str, datetime] | None = None,
     ) -> list[workers.Released]:
-        """Release workers whose pod is gone or silent and not running (periodic safety net).
+        """Release lanes whose pod is gone, or ended with its finalizer gone, and mark the
+        lanes whose pod is not live (periodic, and on a change of a pod's liveness).
 
-        ``live`` maps the UIDs of kuzk's pods on the node to None while they run, else to
-        their ``worker_outcome`` (from the cache); the guarded write is made only when the
-        cached WorkerStatus shows something to release."""
+        ``live`` maps the UIDs of kuzk's pods on the node to ``observe.sweep_outcome``,
+        ``not_live`` those of running pods that are not live to since when (both from the
+        cache); the guarded write is made only when the cached WorkerStatus shows
+        something to change."""
         now = self.clock.now()
         cached = (worker_status or {}).get("status") or {}
-        if workers.decide_sweep(cached, live, now).status is None:
+        if workers.decide_sweep(cached, live, now, not_live).status is None:
             return []
-        released = workers.sweep(self.api_client, node_name, live, now, clock=self.clock)
+        released = workers.sweep(self.api_client, node_name, live, now, not_live,
+                                 clock=self.clock)
         for item in released:
             log.info("sweep released %s on %s", item, node_name)
         return released

@@ -306,14 +306,19 @@ def _workerstatus_status() -> dict[str, Any]:
                 enum=[str(s) for s in LaneStage],
             ),
             "since": timestamp("When the lane entered its stage."),
-            "heartbeat": timestamp("Last sign of life from the lane's prover."),
+            "notLiveSince": timestamp(
+                "Since when the lane's pod is not live: running, and its prover's readiness"
+                " probe failed (the prover is stuck). Written by the operator, absent while the"
+                " pod is live; a lane writes no sign of life of its own. The pod's liveness"
+                " probe then has the prover killed and the lane released."
+            ),
             "readyAt": timestamp(
                 "When the lane asked for the GPU phase; set while it waits for it. Waiting"
                 " lanes get it by priority, then by readyAt."
             ),
             "hostMemoryBytes": integer(
-                "Resident host memory of the lane's prover when it last wrote (a stage, the"
-                " GPU phase, a heartbeat): a lane waiting for the GPU keeps its witness here.",
+                "Resident host memory of the lane's prover when it last wrote (its join, a"
+                " stage, the GPU phase): a lane waiting for the GPU keeps its witness here.",
                 minimum=0,
             ),
             "deviceMemoryBytes": integer(
@@ -337,8 +342,9 @@ def _workerstatus_status() -> dict[str, Any]:
                 },
             ),
             "state": string(
-                "gpu while a lane holds the GPU phase (the only busy state), waiting while"
-                " lanes exist but none holds it, idle with no lanes.",
+                "gpu while a lane holds the GPU phase (the only busy state, while that lane is"
+                " live: see notLiveSince), waiting while lanes exist but none holds it, idle"
+                " with no lanes.",
                 enum=[str(s) for s in WorkerState],
             ),
             "lanes": arr(
@@ -367,14 +373,16 @@ def _workerstatus_status() -> dict[str, Any]:
                 " Every write adds the time since accountedAt to the mode the GPU was in, so"
                 " the counts survive any reader's restart.",
                 {
-                    "busySeconds": number("Seconds a lane held the GPU phase.", minimum=0),
+                    "busySeconds": number("Seconds a live lane held the GPU phase.", minimum=0),
                     "cpuSeconds": number(
                         "Idle seconds with lanes, none holding the GPU phase (start-up,"
                         " synthesis, waiting, commitment: CPU work).",
                         minimum=0,
                     ),
-                    "unknownSeconds": number(
-                        "Idle seconds with lanes whose heartbeats had all stopped (30 s).",
+                    "notLiveSeconds": number(
+                        "Idle seconds while the lane holding the GPU phase was not live, or,"
+                        " with none holding it, none of the lanes was (notLiveSince): a hung"
+                        " prover, until its pod's liveness probe had it killed.",
                         minimum=0,
                     ),
                     "noLaneSeconds": number("Idle seconds without lanes.", minimum=0),

@@ -139,8 +139,11 @@ class Tally:
         for row in doc.get("gpuSeconds") or []:
             gpu = (str(row["node"]), str(row["worker"]), str(row["gpuUUID"]),
                    str(row.get("gpuName") or ""))
-            tally.gpu_seconds[gpu] = Counter({str(mode): float(value)
-                                              for mode, value in row["seconds"].items()})
+            seconds: dict[str, float] = {}
+            for mode, value in row["seconds"].items():
+                name = workerstatus.gpu_time_mode(str(mode))
+                seconds[name] = seconds.get(name, 0.0) + float(value)
+            tally.gpu_seconds[gpu] = Counter(seconds)
         for row in doc.get("durations") or []:
             buckets = [int(n) for n in row["buckets"]]
             if len(buckets) != len(DURATION_BUCKETS):

@@ -149,6 +149,17 @@ def worker_outcome(pod: Mapping[str, Any]) -> api.WorkerOutcome:
     return "disrupted"
 
 
+def sweep_outcome(pod: Mapping[str, Any]) -> api.WorkerOutcome | None:
+    """What the sweep releases a lane of ``pod`` with: None while the lane is its prover's or
+    its finalizer release's to end (the pod runs, or has not started as the cache shows it,
+    or it ended and still carries the finalizer), else ``worker_outcome`` (it ended, and its
+    finalizer is gone with a lane left behind)."""
+    finalizers = (pod.get("metadata") or {}).get("finalizers") or []
+    if not is_finished(pod) or api.FINALIZER in finalizers:
+        return None
+    return worker_outcome(pod)
+
+
 def parse_result(message: str | None) -> tuple[str, int | None, int | None]:
     """Read a prover's success JSON: (commitment, synth_ms, gpu_ms)."""
     try:

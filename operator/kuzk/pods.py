@@ -19,8 +19,30 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 KERNEL_CACHE_VOLUME = "kernel-cache"
 KERNEL_CACHE_DIR = "/var/cache/kuzk"
 CUPY_CACHE_DIR = f"{KERNEL_CACHE_DIR}/cupy"
+# The container's /tmp (its root filesystem is read-only): the prover's pulse lives there.
+TMP_VOLUME, TMP_DIR = "tmp", "/tmp"
+# Whether the prover is alive is its pod's to say, not a write's: its pulse (touched every
+# 2 s, ``kuzk_prover.alive``) read by ``kuzk-alive`` (exec, no shell). Not ready once the pulse
+# is 10 s old (two failures 5 s apart: the operator marks its lane not live); killed once it
+# is 30 s old (two failures 10 s apart, then 5 s of grace: SIGKILL at most 55 s after the
+# prover stopped), so the pod fails and the finalizer release frees the GPU phase it held.
+# The liveness probe waits 20 s after the start for the prover's first pulse.
+READINESS_PROBE: dict[str, Any] = {
+    "exec": {"command": ["kuzk-alive", "--within", "10"]},
+    "periodSeconds": 5,
+    "timeoutSeconds": 5,
+    "failureThreshold": 2,
+}
+LIVENESS_PROBE: dict[str, Any] = {
+    "exec": {"command": ["kuzk-alive", "--within", "30"]},
+    "initialDelaySeconds": 20,
+    "periodSeconds": 10,
+    "timeoutSeconds": 5,
+    "failureThreshold": 2,
+    "terminationGracePeriodSeconds": 5,
+}
 # The Pod Security Standards' "restricted" level, which partition pods meet: they run as the
-# image's non-root user with nothing but a writable kernel cache.
+# image's non-root user with nothing writable but a kernel cache and /tmp.
 POD_SECURITY_CONTEXT: dict[str, Any] = {
     "runAsNonRoot": True,
     "seccompProfile": {"type": "RuntimeDefault"},
@@ -88,7 +110,7 @@ def pod_manifest(
         "enableServiceLinks": False,
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "containers": [_container(spec, partition, attempt, settings)],
-        "volumes": [kernel_cache_volume(settings)],
+        "volumes": [kernel_cache_volume(settings), {"name": TMP_VOLUME, "emptyDir": {}}],
     }
     if settings.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
@@ -187,8 +209,11 @@ def _container(
         "command": list(settings.command),
         "env": env,
         "resources": resources,
-        "volumeMounts": [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_DIR}],
+        "volumeMounts": [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_DIR},
+                         {"name": TMP_VOLUME, "mountPath": TMP_DIR}],
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "readinessProbe": copy.deepcopy(READINESS_PROBE),
+        "livenessProbe": copy.deepcopy(LIVENESS_PROBE),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -8,7 +8,10 @@ GET: it spends API calls on writes, and a 409 tells it the cache was stale.
 
 Keys of the clock: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
 partition pod whose ProofJob is gone; ``("node", name)`` ensures a GPU node's WorkerStatus;
-``("sweep", node)`` is the periodic worker sweep. Per-job state (what a sync wrote or created
+``("sweep", node)`` is the worker sweep: periodic, and soon after a partition pod of the node
+stops or starts again being live (its Ready condition: ``api.pod_not_live_since``), so
+that the node's WorkerStatus marks a hung lane within a second of its pod's readiness
+probe failing. Per-job state (what a sync wrote or created
 before the watches delivered it) is dropped when the job is deleted or the watch catches up,
 so memory does not grow with the number of jobs ever seen.
 
@@ -28,14 +31,15 @@ import asyncio
 import logging
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from kuzk import ledger, workerstatus
+from kuzk import api, ledger, workerstatus
 from kuzk.caches import Caches, JobKey, slim
 from kuzk.clock import Gone, WorkQueue
 from kuzk.controller import Body, Controller, JobGone, pods_of
 from kuzk.ledger_store import FoldQueue
-from kuzk.observe import controller_of, worker_outcome
+from kuzk.observe import controller_of, sweep_outcome
 from kuzk.operator_metrics import OperatorMetrics, Timer
 
 log = logging.getLogger("kuzk.runtime")
@@ -50,8 +54,7 @@ Assignment = tuple[Any, ...]
 
 def assignments(worker_status: Mapping[str, Any] | None) -> dict[str, Assignment]:
     """What a job's status shows of each lane, by pod UID: the partition state its stage
-    shows as, and its job (not the heartbeat, which changes every few seconds and tells a job
-    nothing)."""
+    shows as, and its job (not its memory or liveness marks, which tell a job nothing)."""
     out: dict[str, Assignment] = {}
     for worker in workerstatus.parse((worker_status or {}).get("status")).workers:
         for lane in worker.lanes:
@@ -129,6 +132,8 @@ class Runtime:
         self.listed = True  # every stream has listed since the last hold
         self.jobs_indexed = True  # Kopf's index of ProofJobs has listed once
         self._replay: Callable[[], None] | None = None
+        # pod UID → since when it is not live, as its last event showed (live pods: absent)
+        self.not_live: dict[str, datetime] = {}
 
     def hold(self, *, jobs: bool = False) -> None:
         """Run no work until ``on_listed`` (the streams are starting, or starting again after
@@ -158,6 +163,7 @@ class Runtime:
         replay, self._replay = self._replay, None
         self.nodes.clear()
         self.node_workers.clear()
+        self.not_live.clear()  # the replay shows each pod's liveness again
         self.queue.resume()
         replay()
         for namespace, name in self.caches.job_keys():
@@ -190,6 +196,7 @@ class Runtime:
     def on_pod(self, event: str | None, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
+        self._watch_liveness(event, pod)
         owner = controller_of(pod)
         job = self.caches.job(ns, owner["name"]) if owner else None
         if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
@@ -198,6 +205,20 @@ class Runtime:
             self.queue.forget(("pod", ns, name))
         else:
             self.queue.kick(("pod", ns, name))
+
+    def _watch_liveness(self, event: str | None, pod: Mapping[str, Any]) -> None:
+        """Sweep the pod's node soon when the pod stopped, or started again, being live:
+        the sweep marks its lane (one write per change of liveness, none otherwise)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        before = self.not_live.pop(uid, None)
+        if event == "DELETED":
+            return
+        since = api.pod_not_live_since(pod)
+        if since is not None:
+            self.not_live[uid] = since
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and since != before:
+            self.queue.later(("sweep", node), BATCH_SECONDS)
 
     def on_worker_status(self, event: str | None, node: str, body: Mapping[str, Any]) -> None:
         old = self.node_workers.pop(node, {})
@@ -296,13 +317,11 @@ class Runtime:
         ws = self.caches.worker_status(node)
         if ws is None:
             raise Gone
-        live = {
-            (p.get("metadata") or {}).get("uid", ""): (
-                None if (p.get("status") or {}).get("phase") == "Running" else worker_outcome(p)
-            )
-            for p in self.caches.node_pods(node)
-        }
-        await asyncio.to_thread(self.controller.sweep, node, live, ws)
+        pods = self.caches.node_pods(node)
+        live = {(p.get("metadata") or {}).get("uid", ""): sweep_outcome(p) for p in pods}
+        not_live = {(p.get("metadata") or {}).get("uid", ""): since for p in pods
+                    if (since := api.pod_not_live_since(p)) is not None}
+        await asyncio.to_thread(self.controller.sweep, node, live, ws, not_live)
         return SWEEP_SECONDS
 
     async def _ensure_worker_status(self, node: str) -> float | None:

@@ -14,18 +14,23 @@ A GPU carries lanes (pods on the same GPU through time-slicing replicas); one la
 holds its GPU phase. A prover ``join``s its GPU's lanes when it starts, reports its stages,
 ``acquire``s the GPU phase when its synthesis is done (waiting on a watch of the object while
 another lane holds it), gives it up with ``release_gpu`` as soon as its GPU work is done,
-and ``leave``s when it exits. The operator's finalizer ``release`` and the periodic
-``sweep`` remove the lane (and the GPU phase with it) of a pod that is gone, and only of that
-pod.
+and ``leave``s when it exits. A lane writes only when it moves: no write says that it is
+alive. The operator's finalizer ``release`` and its ``sweep`` remove the lane (and the GPU
+phase with it) of a pod that is gone or ended, and only of that pod; the sweep also marks the
+lanes whose pod is running but not live (its prover's probes fail: ``api.
+pod_not_live_since``), so the object tells a hung lane from a working one without a write
+from the lane.
 
 Choices the callers rely on:
 
 * ``acquire`` is granted only when no lane holds the GPU phase and no waiting lane comes
   before this one (higher priority, then the one ready first). A holder is only ever taken
   away by its own ``release_gpu``/``leave``, the finalizer release of its pod, or the sweep
-  when its pod is gone: the prover cannot see pods, the operator can.
-* The prover's writes (by ``Assignment``) are about a lane it joined: a stage, heartbeat or
-  leave of a lane that is gone, and a ``release_gpu`` of a lane that does not hold the GPU
+  when its pod is gone: the prover cannot see pods, the operator can. A hung holder keeps it
+  until its pod's liveness probe has the prover killed: then the pod ends and the finalizer
+  release frees the GPU phase.
+* The prover's writes (by ``Assignment``) are about a lane it joined: a stage or leave of a
+  lane that is gone, and a ``release_gpu`` of a lane that does not hold the GPU
   phase (another lane took it since), are stale. The operator's finalizer release (by
   ``PodRef``) knows nothing of lanes: for a pod without a lane (its prover left, or it never
   joined) it is nothing to do, neither written nor counted, unless the sweep took the GPU
@@ -43,7 +48,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from functools import partial
 from typing import Any, Generic, TypeVar, cast
@@ -83,8 +88,6 @@ BACKOFF_CAP_S = 0.25
 # A write gives up on a connection the API server never accepts after 10 s, and on an answer
 # only after 2 min (answers are slow under load, and a write that times out may have landed).
 _TIMEOUTS = (10.0, 120.0)
-HEARTBEAT_INTERVAL_S = 10.0
-SWEEP_MISSED_HEARTBEATS = 3
 # A waiting lane's watch ends after this long and the lane asks again, so a change the watch
 # missed (a dropped connection) costs at most this much.
 ACQUIRE_WATCH_S = 10
@@ -247,7 +250,6 @@ def decide_join(
         priority=lane_priority(assignment.proof_kind),
         stage=LaneStage.STARTING,
         since=now,
-        heartbeat=now,
         memory=memory,
     )
     worker = worker.with_lane(lane)
@@ -278,21 +280,7 @@ def decide_stage(
         # A late or repeated report: a lane's stage only moves forward (a lane in its GPU
         # phase stays in stage gpu while it holds it).
         return WriteDecision(None, True)
-    lane = replace(lane, stage=LaneStage(stage), since=now, heartbeat=now).measured(memory)
-    return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
-
-
-def decide_heartbeat(
-    status: Mapping[str, Any], assignment: Assignment, now: datetime,
-    memory: Memory | None = None,
-) -> WriteDecision[bool]:
-    """Refresh the heartbeat of ``assignment``'s lane; stale if the lane is gone."""
-    model = parse(status, now)
-    found = _lane_of(model, assignment.pod_uid)
-    if found is None:
-        return _refuse(model, "heartbeat", assignment, now)
-    worker, lane = found
-    lane = replace(lane, heartbeat=now).measured(memory)
+    lane = replace(lane, stage=LaneStage(stage), since=now).measured(memory)
     return WriteDecision(_write(model.with_worker(worker.with_lane(lane)), model, now), True)
 
 
@@ -311,12 +299,11 @@ def decide_acquire(
     if worker.holder is not None and worker.holder.pod.uid == lane.pod.uid:
         return WriteDecision(None, Acquired.GRANTED)
     if lane.ready_at is None:
-        lane = replace(lane, ready_at=now, heartbeat=now).measured(memory)
+        lane = replace(lane, ready_at=now).measured(memory)
         worker = worker.with_lane(lane)
     queue = worker.queue()
     if worker.holder is None and queue and queue[0].pod.uid == lane.pod.uid:
-        lane = replace(lane, stage=LaneStage.GPU, since=now, heartbeat=now,
-                       ready_at=None).measured(memory)
+        lane = replace(lane, stage=LaneStage.GPU, since=now, ready_at=None).measured(memory)
         worker = replace(worker.with_lane(lane), holder=Holder(lane.pod, now))
         return WriteDecision(_write(model.with_worker(worker), model, now), Acquired.GRANTED)
     if worker == found[0]:
@@ -335,7 +322,7 @@ def decide_release_gpu(
     if found is None or found[0].holder is None or found[0].holder.pod.uid != assignment.pod_uid:
         return _refuse(model, "GPU release", assignment, now)
     worker, lane = found
-    lane = replace(lane, stage=LaneStage.COMMITTING, since=now, heartbeat=now).measured(memory)
+    lane = replace(lane, stage=LaneStage.COMMITTING, since=now).measured(memory)
     worker = replace(worker.with_lane(lane), holder=None)
     return WriteDecision(_write(model.with_worker(worker), model, now), True)
 
@@ -377,26 +364,37 @@ def decide_sweep(
     status: Mapping[str, Any],
     live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
-    heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+    not_live: Mapping[str, datetime] | None = None,
 ) -> WriteDecision[list[Released]]:
-    """Remove lanes whose pod is gone ("lost"), or whose heartbeat is older than three
-    intervals while their pod is not running. ``live_pods`` maps the UID of each pod that
-    exists to None while it runs, else to the outcome its end implies for its lane
-    (``observe.worker_outcome``, the rule the finalizer's release uses too). A lane removed
-    while it held the GPU phase is remembered (``previousPodUIDs``)."""
+    """Remove the lanes whose pod is gone ("lost") or ended without its finalizer release in
+    charge, and mark whether each remaining lane's pod is live. ``live_pods`` maps the UID of
+    each pod that exists to None while its lane is its own or its finalizer's to release
+    (it runs, or it ended and still carries the finalizer), else to the outcome its end
+    implies for its lane (``observe.worker_outcome``, the rule the finalizer's release uses
+    too). ``not_live`` maps the UID of each running pod that is not live to since when
+    (``api.pod_not_live_since``): its lane gets ``notLiveSince``, a lane whose pod is live
+    again loses it. A lane removed while it held the GPU phase is remembered
+    (``previousPodUIDs``)."""
     model = parse(status, now)
-    limit = now - timedelta(seconds=SWEEP_MISSED_HEARTBEATS * heartbeat_interval)
-    released: list[Released] = []
-    after = model
+    not_live = not_live or {}
+    # First the marks, then the removals; the write accounts the time up to now by the mode
+    # the object showed, so a GPU's not_live seconds start with its mark.
+    after, marked = model, []
     for worker in model.workers:
         for lane in worker.lanes:
+            mark = not_live.get(lane.pod.uid)
+            if live_pods.get(lane.pod.uid, "lost") is None and (
+                    (mark is None) != (lane.not_live_since is None)):
+                current = after.worker(worker.id) or worker
+                after = after.with_worker(
+                    current.with_lane(replace(lane, not_live_since=mark)))
+                marked.append(f"{describe(lane.pod)} on {worker.id} is"
+                              f" {'live again' if mark is None else 'not live'}")
+    released: list[Released] = []
+    for worker in list(after.workers):
+        for lane in worker.lanes:
             uid = lane.pod.uid
-            silent = lane.heartbeat < limit
-            # Gone: lost. Ended and silent: how it ended. Running, or ended but still heard
-            # from: kept (its release is the finalizer's).
-            outcome: WorkerOutcome | None = (
-                "lost" if uid not in live_pods else live_pods[uid] if silent else None
-            )
+            outcome: WorkerOutcome | None = live_pods.get(uid, "lost")
             if outcome is None:
                 continue
             released.append(Released(worker.id, lane.pod, outcome))
@@ -404,12 +402,12 @@ def decide_sweep(
             if current.holder is not None and current.holder.pod.uid == uid:
                 current = current.remember(uid)
             after = after.with_worker(_leave(current, uid, outcome))
-    if not released:
+    if after == model:
         return WriteDecision(None, released)
     notes = tuple(
         f"sweep released {r.worker_id} from {describe(r.pod)} ({r.outcome})" for r in released
     )
-    return WriteDecision(_write(after, model, now), released, notes=notes)
+    return WriteDecision(_write(after, model, now), released, notes=(*notes, *marked))
 
 
 # --- guarded writes ----------------------------------------------------------------------
@@ -496,16 +494,6 @@ def stage(
         clock=clock)
 
 
-def heartbeat(
-    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM,
-    memory: Memory | None = None,
-) -> bool:
-    """Refresh the heartbeat of ``assignment``'s lane; False when stale. Callers keep to one
-    every HEARTBEAT_INTERVAL_S (kuzk_prover.reporter.ProverReporter does)."""
-    return guarded_write(
-        api, node, lambda s: decide_heartbeat(s, assignment, clock.now(), memory), clock=clock)
-
-
 def wait_for_change(
     api: client.ApiClient,
     node: str,
@@ -575,7 +563,7 @@ def acquire(
             return result
 
         def decided(status: Mapping[str, Any]) -> bool:
-            # Another lane's stage or heartbeat changes nothing for this one: ask the API
+            # Another lane's stage or memory changes nothing for this one: ask the API
             # server again only once the decision on what the watch shows would change.
             return decide_acquire(status, assignment, clock.now()).result is not Acquired.WAITING
 
@@ -637,16 +625,16 @@ def sweep(
     node: str,
     live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
-    heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+    not_live: Mapping[str, datetime] | None = None,
     *,
     clock: Clock = SYSTEM,
 ) -> list[Released]:
-    """Remove (guarded) the lanes of ``node`` as ``decide_sweep`` says: those whose pod is
-    gone, or silent for three heartbeat intervals while their pod is not running."""
+    """Remove (guarded) the lanes of ``node`` as ``decide_sweep`` says (those whose pod is
+    gone, or ended without its finalizer in charge), and mark the lanes whose pod is not
+    live."""
     try:
         return guarded_write(
-            api, node, lambda s: decide_sweep(s, live_pods, now, heartbeat_interval),
-            clock=clock,
+            api, node, lambda s: decide_sweep(s, live_pods, now, not_live), clock=clock,
         )
     except WorkerStatusMissing:
         return []

@@ -16,6 +16,14 @@ each lane's memory at its last write (``Memory``: the prover's resident host mem
 device memory it holds), and each GPU's time (``GpuTime``): every write adds the seconds since
 the GPU's ``accountedAt`` to the mode the GPU was in (``Worker.accounted``), so its busy and
 idle seconds are kept by the object, not by whoever reads it, and survive any reader's restart.
+
+A lane writes only when its stage changes, never to say it is alive: whether its prover is
+alive is its pod's to say (the prover container's readiness and liveness probes, ``api.
+pod_not_live_since``). The object learns it from the operator, which marks a lane whose pod
+stopped being live (``Lane.not_live_since``) and unmarks it when the pod is live again, in
+the same guarded write as its sweep: one write per change of liveness, none in steady state.
+So the object can tell the mode ``not_live`` from ``busy`` and ``cpu`` itself, and every
+write, whoever makes it, accounts a GPU's time by the same rule (``Worker.mode``).
 """
 
 from __future__ import annotations
@@ -61,20 +69,26 @@ PARTITION_STATE = {
 
 PREVIOUS_PODS = 8
 
-# A GPU's time is in one mode at a time: ``busy`` while a lane holds its GPU phase (nothing
-# else is busy), else idle for a reason the object itself tells: ``cpu`` (lanes, none holding:
-# starting, synthesizing, waiting or committing), ``unknown`` (lanes whose heartbeats all
-# stopped), ``no_lane`` (no lane: no work for it, or its work not here yet).
-BUSY, IDLE_CPU, IDLE_UNKNOWN, IDLE_NO_LANE = "busy", "cpu", "unknown", "no_lane"
-IDLE_MODES = (IDLE_NO_LANE, IDLE_CPU, IDLE_UNKNOWN)
+# A GPU's time is in one mode at a time: ``busy`` while a live lane holds its GPU phase
+# (nothing else is busy), else idle for a reason the object itself tells: ``not_live`` (the
+# lane holding the GPU phase is not live, or no lane holds it and none of its lanes is live:
+# a hung prover, until its pod's liveness probe has it killed and its lane released),
+# ``cpu`` (lanes, none holding: starting, synthesizing, waiting or committing), ``no_lane``
+# (no lane: no work for it, or its work not here yet).
+BUSY, IDLE_CPU, IDLE_NOT_LIVE, IDLE_NO_LANE = "busy", "cpu", "not_live", "no_lane"
+IDLE_MODES = (IDLE_NO_LANE, IDLE_CPU, IDLE_NOT_LIVE)
 GPU_TIME_MODES = (BUSY, *IDLE_MODES)
 _GPU_TIME_FIELDS = {BUSY: "busySeconds", IDLE_CPU: "cpuSeconds",
-                    IDLE_UNKNOWN: "unknownSeconds", IDLE_NO_LANE: "noLaneSeconds"}
+                    IDLE_NOT_LIVE: "notLiveSeconds", IDLE_NO_LANE: "noLaneSeconds"}
+# What releases before liveness called ``not_live``: lanes whose heartbeats had stopped.
+# Stored seconds and ledgers of theirs are read as ``not_live``.
+_FORMER_MODES = {"unknown": IDLE_NOT_LIVE}
+_FORMER_FIELDS = {"unknownSeconds": IDLE_NOT_LIVE}
 
-# A lane whose newest heartbeat is older than this is not heard from: three missed beats of
-# the prover's 10 s heartbeat (``kuzk.workers``' sweep limit), for readers that may not import
-# the write protocol (the status server).
-HEARTBEAT_FRESH_S = 30.0
+
+def gpu_time_mode(stored: str) -> str:
+    """The mode a stored name means, a former release's names included."""
+    return _FORMER_MODES.get(stored, stored)
 
 
 @dataclass(frozen=True)
@@ -168,9 +182,13 @@ class Lane:
     priority: int
     stage: LaneStage
     since: datetime
-    heartbeat: datetime
     ready_at: datetime | None = None
     memory: Memory | None = None
+    not_live_since: datetime | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.not_live_since is None
 
     def measured(self, memory: Memory | None) -> Lane:
         """This lane with the memory its prover measured for this write (kept if none)."""
@@ -185,10 +203,11 @@ class Lane:
             "priority": self.priority,
             "stage": str(self.stage),
             "since": _stamp(self.since),
-            "heartbeat": _stamp(self.heartbeat),
         }
         if self.ready_at is not None:
             lane["readyAt"] = _stamp(self.ready_at)
+        if self.not_live_since is not None:
+            lane["notLiveSince"] = _stamp(self.not_live_since)
         if self.memory is not None:
             lane["hostMemoryBytes"] = self.memory.host_bytes
             lane["deviceMemoryBytes"] = self.memory.device_bytes
@@ -225,22 +244,28 @@ class Worker:
             return WorkerState.GPU
         return WorkerState.WAITING if self.lanes else WorkerState.IDLE
 
+    def mode(self) -> str:
+        """The mode (``GPU_TIME_MODES``) this GPU is in: ``busy`` while its holder is live,
+        ``not_live`` while its holder is not or, with no holder, while none of its lanes is
+        live, ``cpu`` with lanes, else ``no_lane``. A lane is not live from the operator's
+        write that marks it (``kuzk.workers.decide_sweep``), so every write, whoever makes
+        it, accounts the same seconds to the same mode."""
+        if self.holder is not None:
+            held = self.holding_lane()
+            return BUSY if held is None or held.live else IDLE_NOT_LIVE
+        if not self.lanes:
+            return IDLE_NO_LANE
+        return IDLE_CPU if any(lane.live for lane in self.lanes) else IDLE_NOT_LIVE
+
     def open_seconds(self, now: datetime) -> dict[str, float]:
         """The seconds from ``gpu_time.accounted_at`` to ``now`` by the mode this worker was
-        in: ``busy`` with a holder (heard from or not), with lanes ``cpu`` until the newest
-        heartbeat is ``HEARTBEAT_FRESH_S`` old and ``unknown`` after, else ``no_lane``."""
+        in (``mode``)."""
         if self.gpu_time.accounted_at is None:
             return {}
         start, end = self.gpu_time.accounted_at.timestamp(), now.timestamp()
         if end <= start:
             return {}
-        if self.holder is not None:
-            return {BUSY: end - start}
-        if not self.lanes:
-            return {IDLE_NO_LANE: end - start}
-        silent = max(lane.heartbeat.timestamp() for lane in self.lanes) + HEARTBEAT_FRESH_S
-        return {IDLE_CPU: max(0.0, min(end, silent) - start),
-                IDLE_UNKNOWN: max(0.0, end - max(start, silent))}
+        return {self.mode(): end - start}
 
     def accounted(self, now: datetime) -> GpuTime:
         """Its GPU time up to ``now``: what is stored plus ``open_seconds`` (a worker never
@@ -391,8 +416,8 @@ def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
         priority=int(value.get("priority") or 0),
         stage=stage,
         since=since,
-        heartbeat=_time(value.get("heartbeat")) or since,
         ready_at=_time(value.get("readyAt")),
+        not_live_since=_time(value.get("notLiveSince")),
         memory=(None if value.get("hostMemoryBytes") is None else
                 Memory(int(value["hostMemoryBytes"]), int(value.get("deviceMemoryBytes") or 0))),
     )
@@ -403,8 +428,10 @@ def _gpu_time(value: Any) -> GpuTime:
     at = _time(stored.get("accountedAt"))
     if at is None:
         return GpuTime()
-    return GpuTime(tuple((mode, float(stored.get(name) or 0.0))
-                         for mode, name in _GPU_TIME_FIELDS.items()), at)
+    seconds = {mode: float(stored.get(name) or 0.0) for mode, name in _GPU_TIME_FIELDS.items()}
+    for name, mode in _FORMER_FIELDS.items():
+        seconds[mode] += float(stored.get(name) or 0.0)
+    return GpuTime(tuple(seconds.items()), at)
 
 
 def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
@@ -496,8 +523,8 @@ __all__ = [
     "GPU_TIME_MODES",
     "IDLE_CPU",
     "IDLE_MODES",
+    "IDLE_NOT_LIVE",
     "IDLE_NO_LANE",
-    "IDLE_UNKNOWN",
     "PARTITION_STATE",
     "PREVIOUS_PODS",
     "Gpu",
@@ -511,6 +538,7 @@ __all__ = [
     "Worker",
     "WorkerState",
     "WorkerStatusModel",
+    "gpu_time_mode",
     "lane_priority",
     "parse",
     "physical_gpus",

@@ -32,6 +32,7 @@ from kuzk import logs
 from kuzk.api import version
 from kuzk.workers import Gpu
 from kuzk_prover import inputs as inputs_module
+from kuzk_prover.alive import Pulse
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
@@ -198,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         who = pod.identity
         logs.set_context(job=f"{who.namespace}/{who.job}", partition=who.partition,
                          pod=who.pod_name or None)
-        return _run(pod.proof, env, path, who)
+        # The pod's probes read this pulse: a prover that stops is killed, and its lane freed.
+        with Pulse():
+            return _run(pod.proof, env, path, who)
     except Terminated:
         log.warning("SIGTERM: stopped before finishing; no result written")
         return EXIT_TERMINATED

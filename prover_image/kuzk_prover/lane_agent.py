@@ -32,7 +32,8 @@ from kuzk import logs
 from kuzk.observe import parse_result
 from kuzk.workers import Acquired
 from kuzk_prover import inputs
-from kuzk_prover.inputs import InputError
+from kuzk_prover.alive import Pulse
+from kuzk_prover.inputs import InputError, PodIdentity
 from kuzk_prover.lane_protocol import (
     ACQUIRE,
     MAX_LINE,
@@ -210,6 +211,14 @@ def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None
         return EXIT_INVALID
     logs.set_context(job=f"{pod.namespace}/{pod.job}", partition=pod.partition,
                      pod=pod.pod_name or None)
+    # The pod's probes read the agent's pulse: an agent that stops is killed, and its lane
+    # freed. The pulse is the agent's: a prover that hangs while the agent runs is not seen.
+    with Pulse():
+        return _run_on_lane(command, calls, env, path, pod)
+
+
+def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Path,
+                 pod: PodIdentity) -> int:
     reporter = for_partition_pod(pod, env)
     if reporter is not None:
         reporter.join_or_go_on()

@@ -1,6 +1,7 @@
 """The prover's side of the WorkerStatus protocol (``kuzk.workers``): ``ProverReporter``, the
 partition pod's lane on its GPU. It reads the pod's env and credentials, joins its GPU's lanes,
-writes stages and heartbeats from a thread, holds the GPU phase only around the GPU work
+writes its stages (only when they change: whether the prover is alive is its pod's probes'
+to say, ``kuzk_prover.alive``), holds the GPU phase only around the GPU work
 (``gpu_phase``: acquire, waiting on a watch while another lane holds it, then release_gpu),
 leaves when the prover ends, and tries every write again through API outages; a write that
 still fails never fails the proof. Every lane write carries what the prover holds when it is
@@ -26,7 +27,6 @@ from urllib3.exceptions import HTTPError
 from kuzk.api import WorkerOutcome
 from kuzk.kubeconfig import load_config
 from kuzk.workers import (
-    HEARTBEAT_INTERVAL_S,
     Acquired,
     Assignment,
     Gpu,
@@ -35,7 +35,6 @@ from kuzk.workers import (
     WorkerWriteConflict,
     acquire,
     describe,
-    heartbeat,
     join,
     leave,
     release_gpu,
@@ -56,8 +55,8 @@ OUTAGE_BUDGET_S = 30.0
 # How long a new pod waits for the operator to create its node's WorkerStatus.
 JOIN_WAIT_S = 10.0
 # How long a lane waits for its GPU's phase before it proves without it. A holder whose pod
-# died is freed by the operator's finalizer release or, at the latest, its sweep (30 s); this
-# bounds the wait when no operator runs at all.
+# died or hung is freed by the operator's finalizer release once its pod has ended (a hung
+# one's liveness probe has it killed); this bounds the wait when no operator runs at all.
 GPU_WAIT_S = 600.0
 # The stages the prover writes itself; the GPU phase and the commitment after it are written
 # by acquire and release_gpu.
@@ -101,7 +100,7 @@ def _forbidden(error: BaseException) -> bool:
 
 
 class _Quiet(Exception):
-    """The reporter went quiet while a stage or heartbeat write was waiting to try again."""
+    """The reporter went quiet while a stage write was waiting to try again."""
 
 
 def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
@@ -116,13 +115,13 @@ def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
 class ProverReporter:
     """A partition pod's lane: ``join`` at start, ``on_stage`` as the prover moves (the
     ``prove(on_stage=...)`` hook), ``gpu_phase`` around the GPU work (the
-    ``prove(gpu_phase=...)`` hook), a heartbeat thread while it runs (one write per interval
-    at most, stage writes included), ``release`` (leave) at the end. Used as a context
+    ``prove(gpu_phase=...)`` hook), ``release`` (leave) at the end: it writes when the lane
+    moves, never to say that it is alive. Used as a context
     manager, leaving the block releases what is still held: "failed" on an exception, else
     "succeeded".
 
     Every write tries again with backoff through transient errors for ``outage_budget``
-    seconds. A stage or heartbeat write that still fails makes the reporter quiet: it says so
+    seconds. A stage write that still fails makes the reporter quiet: it says so
     once and writes nothing more but the release; the proof goes on."""
 
     def __init__(
@@ -132,7 +131,6 @@ class ProverReporter:
         assignment: Assignment,
         *,
         visible_devices: str = "",
-        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
         gpu_wait: float = GPU_WAIT_S,
         host_memory: Callable[[], int] = host_memory_bytes,
@@ -142,15 +140,12 @@ class ProverReporter:
         self.host_memory, self.device_memory = host_memory, device_memory
         self.gpu_wait = gpu_wait
         self.visible_devices = visible_devices
-        self.heartbeat_interval = heartbeat_interval
         self.outage_budget = outage_budget
         self.worker_id: str | None = None
         self._lock = threading.Lock()
-        self._last_write = time.monotonic()
         self._released = False
         self._gone = False  # a write found the lane removed: nothing is left to leave
-        self._quiet = threading.Event()  # set: no more stage or heartbeat writes
-        self._thread: threading.Thread | None = None
+        self._quiet = threading.Event()  # set: no more stage writes
 
     @classmethod
     def for_pod(
@@ -159,7 +154,6 @@ class ProverReporter:
         api: client.ApiClient | None = None,
         *,
         environ: Mapping[str, str] | None = None,
-        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
     ) -> ProverReporter:
         """For the partition pod ``pod`` (``inputs.identity_from_env``), with its
@@ -185,7 +179,6 @@ class ProverReporter:
             pod.node,
             assignment,
             visible_devices=pod.visible_devices,
-            heartbeat_interval=heartbeat_interval,
             outage_budget=outage_budget,
         )
 
@@ -195,13 +188,12 @@ class ProverReporter:
         environ: Mapping[str, str] | None = None,
         api: client.ApiClient | None = None,
         *,
-        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         outage_budget: float = OUTAGE_BUDGET_S,
     ) -> ProverReporter:
         """``for_pod`` the pod the env describes (the process's own env by default)."""
         env = os.environ if environ is None else environ
         return cls.for_pod(identity_from_env(env), api, environ=env,
-                           heartbeat_interval=heartbeat_interval, outage_budget=outage_budget)
+                           outage_budget=outage_budget)
 
     def gpu(self, device: Gpu | None = None) -> Gpu:
         """The GPU this pod drives: the device's own (from CuPy) if given, else the first of
@@ -219,16 +211,13 @@ class ProverReporter:
 
     def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
         """Join this pod's GPU's lanes, waiting up to ``wait_s`` for the operator to create
-        the node's WorkerStatus and up to ``outage_budget`` through transient errors; start
-        the heartbeat. Raises what the last try raised."""
+        the node's WorkerStatus and up to ``outage_budget`` through transient errors. Raises
+        what the last try raised."""
         gpu = self.gpu(device)
         self.worker_id = self._persist(
             "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure()),
             missing_s=wait_s,
         )
-        self._last_write = time.monotonic()
-        self._thread = threading.Thread(target=self._beat, name="kuzk-heartbeat", daemon=True)
-        self._thread.start()
         return self.worker_id
 
     def join_or_go_on(self, device: Gpu | None = None) -> None:
@@ -280,8 +269,6 @@ class ProverReporter:
         )
         if result is None:
             return None
-        with self._lock:
-            self._last_write = time.monotonic()
         waited = time.monotonic() - started
         if result is Acquired.GRANTED:
             log.info("holds the GPU phase of worker %s (waited %.2f s)", self.worker_id, waited)
@@ -305,23 +292,13 @@ class ProverReporter:
         )
         if given is None:
             return
-        with self._lock:
-            self._last_write = time.monotonic()
         if not given:
             log.warning(
                 "%s no longer held the GPU phase on %s", describe(self.assignment), self.node
             )
 
-    def heartbeat(self) -> None:
-        """Refresh the heartbeat unless a write went out less than an interval ago."""
-        with self._lock:
-            if time.monotonic() - self._last_write < self.heartbeat_interval:
-                return
-        self._write("heartbeat", lambda: heartbeat(self.api, self.node, self.assignment,
-                                                   memory=self.measure()))
-
     def release(self, outcome: WorkerOutcome) -> bool:
-        """Stop the heartbeat and leave the lane; True if this call removed it. Without a
+        """Stop the stage writes and leave the lane; True if this call removed it. Without a
         join, or a second time, it writes nothing. A failure is logged, never raised: the
         operator's finalizer release repairs it."""
         with self._lock:
@@ -329,8 +306,6 @@ class ProverReporter:
                 return False
             self._released = True
         self._quiet.set()
-        if self._thread is not None:
-            self._thread.join()
         left = self._best_effort(
             "leave",
             lambda: leave(self.api, self.node, self.assignment, outcome),
@@ -357,10 +332,6 @@ class ProverReporter:
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.release("succeeded" if exc_type is None else "failed")
-
-    def _beat(self) -> None:
-        while not self._quiet.wait(self.heartbeat_interval / 4):
-            self.heartbeat()
 
     def _persist(
         self,
@@ -412,8 +383,6 @@ class ProverReporter:
     def _write(self, what: str, write: Callable[[], bool]) -> None:
         if self._quiet.is_set() or self.worker_id is None:
             return
-        with self._lock:
-            self._last_write = time.monotonic()
         try:
             held = self._persist(what, write, quiet=self._quiet)
         except _Quiet:
@@ -426,7 +395,7 @@ class ProverReporter:
                 return
             log.warning(
                 "%s of %s failed (%s): proving on without worker status; the operator's"
-                " finalizer release and sweep repair worker %s on %s",
+                " finalizer release repairs worker %s on %s",
                 what,
                 describe(self.assignment),
                 brief(error),

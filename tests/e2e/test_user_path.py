@@ -325,7 +325,7 @@ def _prometheus_agrees(r: Release, prom: prometheus.Prometheus, pj: list[dict[st
     by_node = wait_for(busy_by_node, 30, "GPU busy fraction of our nodes", interval=0.5)
     assert all(0 <= v <= 1 for v in by_node.values()), by_node
     shares = {s["metric"]["reason"]: float(s["value"][1]) for s in prom.query(idle)}
-    assert set(shares) <= {"no_lane", "cpu", "unknown"}, shares
+    assert set(shares) <= {"no_lane", "cpu", "not_live"}, shares
     assert 0 < sum(shares.values()) <= 1.05, shares
     kinds = {s["metric"]["proof_kind"] for s in prom.query(durations)}
     assert kinds == {j["spec"]["proofKind"] for j in pj}

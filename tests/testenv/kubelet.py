@@ -11,9 +11,12 @@ It reports pod status as a kubelet does, runs probes, restarts containers by
 ``restartPolicy`` and honours deletion (SIGTERM, grace period, SIGKILL, then delete with
 grace 0 so that the API server applies finalizers).
 
-Two things differ from a real kubelet because a process cannot have files mounted at fixed
-paths: the termination-message file's path is given in ``TERMINATION_MESSAGE_PATH``, and the
-ServiceAccount credentials come as ``KUBECONFIG`` instead of the in-cluster token files.
+Three things differ from a real kubelet because a process cannot have files mounted at fixed
+paths: the termination-message file's path is given in ``TERMINATION_MESSAGE_PATH``, the
+ServiceAccount credentials come as ``KUBECONFIG`` instead of the in-cluster token files, and
+each pod's temporary directory (a container's own ``/tmp``, not the host's shared one) is
+given in ``TMPDIR``. Each probe of a container runs on its own schedule, as the kubelet's
+probe workers do: a slow exec probe does not hold back the others.
 Container restart back-off is 1 s doubling to 10 s (a real kubelet uses 10 s to 5 min).
 A pod whose images are all in the local podman store, or served by a registry on this
 machine's loopback (which it pulls them from with the pod's imagePullSecrets), runs as real
@@ -547,7 +550,10 @@ class PodRunner(threading.Thread):
         for ctype, ok in want.items():
             status = "True" if ok else "False"
             prev = existing.get(ctype)
-            ltt = prev["lastTransitionTime"] if prev and prev.get("status") == status else t
+            # A condition first reported dates from the pod's start, as the kubelet's first
+            # status of a pod (sent before its containers start) does.
+            ltt = (self.start_time if prev is None
+                   else prev["lastTransitionTime"] if prev.get("status") == status else t)
             cond = {"type": ctype, "status": status, "lastTransitionTime": ltt}
             if not ok and ctype in ("ContainersReady", "Ready"):
                 cond["reason"] = "PodCompleted" if self.phase in ("Succeeded", "Failed") else (
@@ -701,6 +707,9 @@ class PodRunner(threading.Thread):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "PYTEST"))}
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         env["HOSTNAME"] = self.name
+        tmp = self.dir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(tmp)
         gpus = _requested_gpus(self.pod)
         if gpus:
             got = self.kubelet.allocate_gpus(self.node, self.uid, gpus)
@@ -945,28 +954,27 @@ class PodRunner(threading.Thread):
         raise ValueError(msg)
 
     def _probe_loop(self, c: ContainerState, proc: subprocess.Popen[bytes]) -> None:
-        probes: dict[str, dict[str, Any]] = {
-            k: c.spec[k] for k in ("startupProbe", "livenessProbe", "readinessProbe")
-            if c.spec.get(k)
-        }
-        if not probes:
-            return
-        counters: dict[str, list[int]] = {k: [0, 0] for k in probes}  # successes, failures
-        last: dict[str, float] = {}
+        """A worker per probe of the container, like the kubelet's prober workers."""
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+            if c.spec.get(kind):
+                threading.Thread(target=self._probe_worker, args=(c, proc, kind, c.spec[kind]),
+                                 name=f"probe-{self.name}-{kind}", daemon=True).start()
+
+    def _probe_worker(self, c: ContainerState, proc: subprocess.Popen[bytes], kind: str,
+                      probe: dict[str, Any]) -> None:
+        counter = [0, 0]  # successes, failures in a row
         t0 = time.monotonic()
+        last = -1e9
         while proc.poll() is None and not self.deleting.is_set():
             t = time.monotonic()
-            for kind, probe in probes.items():
-                if kind != "startupProbe" and not c.started:
-                    continue
-                if kind == "startupProbe" and c.started:
-                    continue
-                if t - t0 < float(probe.get("initialDelaySeconds", 0)):
-                    continue
-                if t - last.get(kind, -1e9) < float(probe.get("periodSeconds", 10)):
-                    continue
-                last[kind] = t
-                self._apply_probe(c, proc, kind, probe, counters[kind])
+            due = (c.started != (kind == "startupProbe")
+                   and t - t0 >= float(probe.get("initialDelaySeconds", 0))
+                   and t - last >= float(probe.get("periodSeconds", 10)))
+            if due:
+                last = t
+                self._apply_probe(c, proc, kind, probe, counter)
+            if kind == "startupProbe" and c.started:
+                return
             self.deleting.wait(0.05)
 
     def _apply_probe(self, c: ContainerState, proc: subprocess.Popen[bytes], kind: str,

@@ -16,9 +16,7 @@ from hypothesis import strategies as st
 
 from kuzk import api
 from kuzk.workers import (
-    HEARTBEAT_INTERVAL_S,
     PREVIOUS_PODS,
-    SWEEP_MISSED_HEARTBEATS,
     Acquired,
     Assignment,
     Gpu,
@@ -26,7 +24,6 @@ from kuzk.workers import (
     Released,
     WriteDecision,
     decide_acquire,
-    decide_heartbeat,
     decide_join,
     decide_leave,
     decide_release,
@@ -118,15 +115,15 @@ def test_the_lowest_free_worker_id_is_taken() -> None:
     assert decide_join(status, GPU0, A, NOW).result == "W0"
 
 
-def test_stage_and_heartbeat_move_only_their_lane() -> None:
-    status, _ = run(join(A), join(B))
+def test_a_stage_moves_only_its_lane_and_no_lane_carries_a_heartbeat() -> None:
+    status, _ = run(join(A), join(B, t=1))
     status = apply(status, decide_stage(status, A, "synthesizing", at(2)))
-    status = apply(status, decide_heartbeat(status, B, at(3)))
     lanes = {lane["pod"]["name"]: lane for lane in worker(status)["lanes"]}
     assert (lanes["a"]["stage"], lanes["a"]["since"]) == ("synthesizing", api.format_time(
         at(2), millis=True))
-    assert (lanes["b"]["stage"], lanes["b"]["heartbeat"]) == ("starting", api.format_time(
-        at(3), millis=True))
+    assert (lanes["b"]["stage"], lanes["b"]["since"]) == ("starting", api.format_time(
+        at(1), millis=True))
+    assert not any("heartbeat" in lane for lane in lanes.values())
 
 
 @pytest.mark.parametrize("stage", ["gpu", "committing", "starting", "proving"])
@@ -204,12 +201,11 @@ def test_leave_removes_the_lane_and_the_gpu_phase_it_held() -> None:
     "write",
     [
         lambda s: decide_stage(s, A, "synth_done", NOW),
-        lambda s: decide_heartbeat(s, A, NOW),
         lambda s: decide_acquire(s, A, NOW),
         lambda s: decide_release_gpu(s, A, NOW),
         lambda s: decide_leave(s, A, "succeeded", NOW),
     ],
-    ids=["stage", "heartbeat", "acquire", "release_gpu", "leave"],
+    ids=["stage", "acquire", "release_gpu", "leave"],
 )
 def test_the_provers_writes_about_a_lane_that_is_gone_are_stale(write: Any) -> None:
     status, _ = run(join(B))
@@ -226,21 +222,41 @@ def test_a_finalizer_release_of_a_pod_without_a_lane_writes_nothing() -> None:
     assert "holds no lane" in decision.notes[0]
 
 
-def test_sweep_removes_gone_and_silent_ended_lanes_and_frees_their_gpu_phase() -> None:
+def test_sweep_removes_gone_and_ended_lanes_and_frees_their_gpu_phase() -> None:
+    """``live`` says None for a pod whose lane is its prover's or finalizer's to end (b
+    runs), an outcome for a pod that ended with its finalizer gone (c); a is gone."""
     status, _ = run(join(A), join(B), join(C, GPU1), acquire(A))
-    status = apply(status, decide_heartbeat(status, C, at(25)))
-    live = {"uid-b": None, "uid-c": "succeeded"}  # a gone, b running, c ended
+    assert decide_sweep(status, {"uid-a": None, "uid-b": None, "uid-c": None},
+                        at(100)).status is None, "every pod runs: nothing to write"
+    live = {"uid-b": None, "uid-c": "succeeded"}
     swept = decide_sweep(status, live, at(31))
     assert [(r.worker_id, r.pod.uid, r.outcome) for r in swept.result] == [
-        ("W0", "uid-a", "lost")]
+        ("W0", "uid-a", "lost"), ("W1", "uid-c", "succeeded")]
     status = apply(status, swept)
     assert (worker(status).get("holder"), worker(status)["previousPodUIDs"]) == (None, ["uid-a"])
+    assert worker(status, "W1")["completed"] == 1
     stale = decide_release(status, PodRef("a", "uid-a"), "lost", at(32))
     assert stale.stale == "release", "a pod taken from its GPU phase is remembered"
-    later = decide_sweep(status, live, at(56))
-    assert [(r.pod.uid, r.outcome) for r in later.result] == [("uid-c", "succeeded")]
-    assert worker(apply(status, later), "W1")["completed"] == 1
-    assert decide_sweep(status, {"uid-b": None, "uid-c": None}, at(100)).status is None
+
+
+def test_sweep_marks_the_lanes_of_pods_not_live_once_and_unmarks_them_when_live() -> None:
+    status, _ = run(join(A), join(B), acquire(A))
+    running = {"uid-a": None, "uid-b": None}
+    marked = decide_sweep(status, running, at(20), {"uid-a": at(12)})
+    assert (marked.result, marked.stale) == ([], None)
+    status = apply(status, marked)
+    lanes = {lane["pod"]["name"]: lane for lane in worker(status)["lanes"]}
+    assert lanes["a"]["notLiveSince"] == api.format_time(at(12), millis=True)
+    assert "notLiveSince" not in lanes["b"]
+    assert (worker(status)["state"], holder(status)) == ("gpu", "uid-a"), (
+        "a hung holder keeps the GPU phase: its pod's end releases it")
+    assert decide_sweep(status, running, at(25), {"uid-a": at(12)}).status is None, (
+        "a mark already written is not written again")
+    assert decide_sweep(status, {"uid-b": None, "uid-a": "failed"}, at(26),
+                        {"uid-a": at(12)}).result == [Released("W0", A.pod, "failed")]
+    live = apply(status, decide_sweep(status, running, at(30)))
+    assert not any("notLiveSince" in lane for lane in worker(live)["lanes"])
+    assert observed(live) == observed(status), "marks change no lane, holder or count"
 
 
 def test_previous_pods_are_newest_first_and_bounded() -> None:
@@ -306,49 +322,34 @@ def test_completed_counts_successes_only_whoever_releases() -> None:
     status = apply(status, decide_leave(status, A, "succeeded", at(1)))  # the prover: +1
     status = apply(status, decide_release(status, B.pod, "failed", at(2)))  # finalizer: 0
     status = apply(status, decide_release(status, C.pod, "succeeded", at(3)))  # finalizer: +1
-    swept = decide_sweep(status, {"uid-d": "succeeded"}, at(40))  # silent and ended: +1
+    swept = decide_sweep(status, {"uid-d": "succeeded"}, at(40))  # ended, no finalizer: +1
     status = apply(status, swept)
     w0 = worker(status)
     assert (w0["completed"], w0["lanes"], w0["state"]) == (3, [], "idle")
     assert "previousPodUIDs" not in w0, "only a holder taken by the sweep is remembered"
 
 
-def test_sweep_keeps_a_lane_of_an_ended_pod_that_is_still_heard_from() -> None:
-    status, _ = run(join(A), acquire(A))
-    status = apply(status, decide_heartbeat(status, A, at(20)))
-    assert decide_sweep(status, {"uid-a": "failed"}, at(49)).status is None
-    swept = decide_sweep(status, {"uid-a": "failed"}, at(51))
-    assert [(r.pod.uid, r.outcome) for r in swept.result] == [("uid-a", "failed")]
-    w0 = worker(apply(status, swept))
-    assert (w0["previousPodUIDs"], w0["completed"], "holder" in w0) == (["uid-a"], 0, False)
-
-
 # --- interleavings against the independent model ---------------------------------------
-# Times on whole milliseconds: stored times are milliseconds, so the model (exact times) and
-# the decisions (stored times) see the same heartbeat ages.
 BASE = datetime(2025, 3, 4, 5, 6, 7, 891_000, tzinfo=UTC)
-SILENCE = timedelta(seconds=SWEEP_MISSED_HEARTBEATS * HEARTBEAT_INTERVAL_S)
 GPUS = [Gpu("GPU-0"), Gpu("GPU-1")]
 # "advance" makes a replica's current pod do the next thing of its life (LIFE, the prover's
-# order, with heartbeats through the GPU phase, which takes a while; an acquire answered
+# order, with no write through the GPU phase, which takes a while; an acquire answered
 # "waiting" is asked again); the rest, in any order, make the interleavings: any write of
-# either of a replica's last two pods at any time, the finalizer, the sweep, pods deleted or
-# ending, time passing.
-LIFE = ("join", "synthesizing", "synth_done", "acquire", "heartbeat", "heartbeat", "heartbeat",
-        "release_gpu", "leave", "next")
-OPS = (*["advance"] * 12, "join", "synth_done", "heartbeat", "acquire", "release_gpu",
-       "leave", "finalizer", "finalizer", "sweep", "sweep", "die", "end", "idle", "next")
+# either of a replica's last two pods at any time, the finalizer, the sweep, pods deleted,
+# ending, or hanging (not live) and live again, time passing.
+LIFE = ("join", "synthesizing", "synth_done", "acquire", "idle", "release_gpu", "leave", "next")
+OPS = (*["advance"] * 12, "join", "synth_done", "acquire", "release_gpu", "leave",
+       "finalizer", "finalizer", "sweep", "sweep", "die", "end", "hang", "idle", "next")
 # Which transitions (model.explain) each write may make when it writes.
 KINDS = {
     "join": {"join"},
     "synthesizing": {"stage", "stale"},
     "synth_done": {"stage", "stale"},
-    "heartbeat": {"heartbeat", "stale"},
     "acquire": {"acquire-wait", "acquire-grant", "stale"},
     "release_gpu": {"release_gpu", "stale"},
     "leave": {"release", "stale"},
     "finalizer": {"release", "stale"},
-    "sweep": {"release", "sweep"},
+    "sweep": {"release", "sweep", "mark"},
 }
 Step = tuple[str, int, bool, bool]
 
@@ -369,20 +370,20 @@ def scenarios(draw: st.DrawFn) -> tuple[list[int], list[Step]]:
     return gpu_of, steps
 
 
-def _lanes(status: dict[str, Any]) -> dict[str, datetime]:
-    """Each lane's pod UID and its heartbeat."""
-    return {lane.pod.uid: lane.heartbeat for w in parse(status).workers for lane in w.lanes}
+def _lanes(status: dict[str, Any]) -> dict[str, datetime | None]:
+    """Each lane's pod UID and since when it is marked not live."""
+    return {lane.pod.uid: lane.not_live_since
+            for w in parse(status).workers for lane in w.lanes}
 
 
 def _decide(op: str, who: Assignment, gpu: Gpu, flag: bool, status: dict[str, Any],
-            live: dict[str, Any], now: datetime) -> WriteDecision[Any]:
+            live: dict[str, Any], now: datetime,
+            hung: dict[str, datetime]) -> WriteDecision[Any]:
     outcome = "succeeded" if flag else "failed"
     if op == "join":
         return decide_join(status, gpu, who, now)
     if op in ("synthesizing", "synth_done"):
         return decide_stage(status, who, op, now)
-    if op == "heartbeat":
-        return decide_heartbeat(status, who, now)
     if op == "acquire":
         return decide_acquire(status, who, now)
     if op == "release_gpu":
@@ -392,7 +393,7 @@ def _decide(op: str, who: Assignment, gpu: Gpu, flag: bool, status: dict[str, An
     if op == "finalizer":
         return decide_release(status, who.pod, outcome, now)
     assert op == "sweep"
-    return decide_sweep(status, live, now)
+    return decide_sweep(status, live, now, hung)
 
 
 def _play(op: str, who: Assignment, gpu: Gpu, flag: bool, node: NodeModel,
@@ -403,8 +404,6 @@ def _play(op: str, who: Assignment, gpu: Gpu, flag: bool, node: NodeModel,
         return node.join(gpu.uuid, uid, who.proof_kind, now)
     if op in ("synthesizing", "synth_done"):
         return node.stage(uid, op, now)
-    if op == "heartbeat":
-        return node.heartbeat(uid, now)
     if op == "acquire":
         return Acquired(node.acquire(uid, now))
     if op == "release_gpu":
@@ -413,7 +412,7 @@ def _play(op: str, who: Assignment, gpu: Gpu, flag: bool, node: NodeModel,
         return node.leave(uid, flag)
     if op == "finalizer":
         return node.finalizer(uid, flag)
-    swept = node.sweep_live(live, now - SILENCE)
+    swept = node.sweep_live(live)
     return [Released(w, PodRef(names[u], u), o) for w, u, o in swept]
 
 
@@ -422,16 +421,16 @@ def _play(op: str, who: Assignment, gpu: Gpu, flag: bool, node: NodeModel,
 def test_random_interleavings_follow_the_model_and_lose_no_lane(
     scenario: tuple[list[int], list[Step]],
 ) -> None:
-    """Joins, stage reports, heartbeats, acquires, GPU releases, leaves, finalizer releases
-    and sweeps in any order over two or three replicas of a GPU, each running pod after pod,
-    late writes about a replica's previous pod, pods deleted or ended at random and time
-    passing so that lanes fall silent. After every write: each answer and the whole object
+    """Joins, stage reports, acquires, GPU releases, leaves, finalizer releases and sweeps in
+    any order over two or three replicas of a GPU, each running pod after pod, late writes
+    about a replica's previous pod, pods deleted, ended or hanging at random and time
+    passing. After every write: each answer and the whole object
     are what the independent model says (so staleWritesRejected grows exactly by the writes
     the model finds stale, and never goes down), the counts match, at most one holder per GPU
     and it is one of its lanes, a lane disappears only by its own leave, its finalizer
-    release, or a sweep that saw its pod gone or ended and silent, no holder's pod is gone
-    after a sweep, the transition is one model.explain names, and the stored form reads back
-    unchanged."""
+    release, or a sweep that saw its pod gone or ended, no holder's pod is gone after a
+    sweep, after a sweep exactly the lanes of hanging pods are marked not live, the
+    transition is one model.explain names, and the stored form reads back unchanged."""
     gpu_of, steps = scenario
     kinds = ["snap-update"] * (len(gpu_of) - 1) + ["winning-post"]
     pods = [[assignment(f"r{k}p0", partition=k, kind=kinds[k])] for k in range(len(gpu_of))]
@@ -440,6 +439,7 @@ def test_random_interleavings_follow_the_model_and_lose_no_lane(
     node = NodeModel()
     gone: set[str] = set()
     ended: dict[str, str] = {}
+    hung: dict[str, datetime] = {}
     now = BASE
     phase = [0] * len(pods)
     for step, k, flag, late in steps:
@@ -463,11 +463,19 @@ def test_random_interleavings_follow_the_model_and_lose_no_lane(
         if op == "end":
             ended.setdefault(who.pod_uid, "succeeded" if flag else "failed")
             continue
+        if op == "hang":
+            # flag: its readiness probe failed (a second before); else it is live again
+            if flag:
+                hung.setdefault(who.pod_uid, now - timedelta(seconds=1))
+            else:
+                hung.pop(who.pod_uid, None)
+            continue
         if op == "idle":
             continue
         live = {uid: ended.get(uid) for uid in names if uid not in gone}
         before = status
-        decision = _decide(op, who, gpu, flag, status, live, now)
+        not_live = {uid: t for uid, t in hung.items() if uid in live and live[uid] is None}
+        decision = _decide(op, who, gpu, flag, status, live, now, not_live)
         answer = _play(op, who, gpu, flag, node, live, now, names)
         status = apply(status, decision)
         if step == "advance" and answer is Acquired.WAITING:
@@ -486,10 +494,10 @@ def test_random_interleavings_follow_the_model_and_lose_no_lane(
         if op in ("leave", "finalizer"):
             assert removed <= {who.pod_uid}, where
         elif op == "sweep":
-            allowed = {uid for uid, beat in lanes_before.items()
-                       if uid in gone or (uid in ended and beat < now - SILENCE)}
+            allowed = {uid for uid in lanes_before if uid in gone or uid in ended}
             assert removed == allowed, where
             assert not set(lanes_after) & gone, "a lane of a gone pod after the sweep"
+            assert lanes_after == {uid: not_live.get(uid) for uid in lanes_after}, where
         else:
             assert not removed, f"{where} lost a lane"
 

@@ -175,7 +175,8 @@ def _lane_row(lane: workerstatus.Lane, now: float) -> dict[str, Any]:
         "attempt": lane.attempt,
         "stage": str(lane.stage),
         "stage_secs": _secs(now - lane.since.timestamp()),
-        "heartbeat_age_secs": _secs(now - lane.heartbeat.timestamp()),
+        "not_live_secs": (None if lane.not_live_since is None
+                          else _secs(now - lane.not_live_since.timestamp())),
         "ready_secs": None if ready is None else _secs(now - ready),
         "host_memory_bytes": None if lane.memory is None else lane.memory.host_bytes,
         "device_memory_bytes": None if lane.memory is None else lane.memory.device_bytes,
@@ -212,7 +213,6 @@ def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
         "attempt": held.attempt,
         "since_secs": _secs(now - w.holder.since.timestamp()),
     }
-    beats = [lane.heartbeat.timestamp() for lane in w.lanes]
     seconds = snap.gpu_seconds.get(gpu_key(node, w), {})
     return {
         "node": node,
@@ -230,7 +230,6 @@ def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
         "attempt": holder["attempt"] if holder else None,
         "busy_secs": holder["since_secs"] if holder else None,
         "stage_secs": _secs(now - held.since.timestamp()) if held else None,
-        "heartbeat_age_secs": _secs(now - max(beats)) if beats else None,
         "completed": w.completed,
         "busy_fraction_10m": _fraction(busy, now - start),
         **memory(w.lanes),
@@ -312,7 +311,8 @@ def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[st
     return {
         "nodes": len(names),
         "gpus": gpus,
-        "gpus_proving": sum(row["state"] == str(workerstatus.WorkerState.GPU) for row in gpu_rows),
+        "gpus_proving": sum(row["state"] == str(workerstatus.WorkerState.GPU)
+                            and row["idle_reason"] is None for row in gpu_rows),
         "gpus_waiting": sum(row["state"] == str(workerstatus.WorkerState.WAITING)
                             for row in gpu_rows),
         "busy_fraction_10m": _fraction(busy, gpus * (now - start)) if gpus else None,

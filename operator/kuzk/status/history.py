@@ -12,7 +12,9 @@ reasons only the ProofJobs tell apart, ``scheduling`` and ``no_work``.
 A GPU's time is split into modes, one at a time, so that they add up to the wall time since
 the server first saw it: ``busy`` while a lane holds its GPU phase (nothing else is busy), else
 idle for a reason: ``cpu`` (lanes, none holding: starting, synthesizing, waiting or
-committing), ``unknown`` (lanes whose heartbeats all stopped), ``scheduling`` (no lane, but a
+committing), ``not_live`` (the lane holding the GPU phase, or with none holding it every
+lane, is marked not live: its pod's readiness probe fails, ``workerstatus.Worker.mode``),
+``scheduling`` (no lane, but a
 partition that could run here is pending, or scheduled to this node and its pod has not joined
 a lane yet), ``no_work`` (no lane and nothing that could run here). The reasons of the GPUs
 without lanes follow the ProofJobs too: the view classifies again when its queue changes.
@@ -31,8 +33,9 @@ WINDOW_S = 600.0
 STRIP_CELLS = 20
 
 
-BUSY, CPU, UNKNOWN, SCHEDULING, NO_WORK = "busy", "cpu", "unknown", "scheduling", "no_work"
-IDLE_REASONS = (NO_WORK, SCHEDULING, CPU, UNKNOWN)
+BUSY, CPU, NOT_LIVE = workerstatus.BUSY, workerstatus.IDLE_CPU, workerstatus.IDLE_NOT_LIVE
+SCHEDULING, NO_WORK = "scheduling", "no_work"
+IDLE_REASONS = (NO_WORK, SCHEDULING, CPU, NOT_LIVE)
 
 
 # A partition attempt bound to a node: its job's namespace and name, its index and attempt.
@@ -61,19 +64,15 @@ class Queue:
         return any(b not in joined for b in bound)
 
 
-def mode_of(worker: workerstatus.Worker, scheduling: bool, now: float) -> tuple[str, float]:
-    """The mode a GPU is in now, and since when at the latest (a lane that stopped beating
-    went unknown when its heartbeat got old, not when someone looked). ``scheduling``: a
-    partition that could run on it is pending, or bound to its node and not a lane yet
-    (``Queue.scheduling``). A GPU whose lane holds its GPU phase is busy, heard from or not."""
-    if worker.holder is not None:
-        return BUSY, now
-    if worker.lanes:
-        newest = max(lane.heartbeat.timestamp() for lane in worker.lanes)
-        if now - newest > workerstatus.HEARTBEAT_FRESH_S:
-            return UNKNOWN, newest + workerstatus.HEARTBEAT_FRESH_S
-        return CPU, now
-    return (SCHEDULING if scheduling else NO_WORK), now
+def mode_of(worker: workerstatus.Worker, scheduling: bool) -> str:
+    """The mode a GPU is in now. ``scheduling``: a partition that could run on it is
+    pending, or bound to its node and not a lane yet (``Queue.scheduling``). The modes of
+    GPUs with lanes are the object's own (``workerstatus.Worker.mode``), the ones its stored
+    seconds count."""
+    mode = worker.mode()
+    if mode == workerstatus.IDLE_NO_LANE:
+        return SCHEDULING if scheduling else NO_WORK
+    return mode
 
 
 @dataclass
@@ -153,8 +152,7 @@ class History:
             for w in node.workers:
                 track = self.workers.get((node.node, w.id))
                 if track is not None:
-                    mode, since = mode_of(w, scheduling, now)
-                    track.switch(mode, since)
+                    track.switch(mode_of(w, scheduling), now)
 
     def forgot_workers(self, node: WorkerNode) -> None:
         """The WorkerStatus was deleted (its node is gone): its workers leave the screen."""

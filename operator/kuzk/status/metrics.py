@@ -80,13 +80,15 @@ class ViewCollector(Collector):
         lanes = GaugeMetricFamily("kuzk_gpu_lanes", "Lanes (partition pods on a GPU) by stage.",
                                   labels=["node", "stage"])
         busy = CounterMetricFamily("kuzk_gpu_busy_seconds",
-                                   "Seconds each GPU spent in its GPU phase (a lane held it), as"
+                                   "Seconds each GPU spent in its GPU phase (a live lane held"
+                                   " it), as"
                                    " its WorkerStatus accounts them (deleted ones' in the"
                                    " ledger).",
                                    labels=[*GPU_LABELS])
         idle = CounterMetricFamily("kuzk_gpu_idle_seconds",
                                    "Seconds each GPU was not in its GPU phase, by reason: no_lane,"
-                                   " cpu, unknown. Busy plus idle is wall time since the GPU's"
+                                   " cpu, not_live (its holder, or all its lanes, not live: a"
+                                   " hung prover). Busy plus idle is wall time since the GPU's"
                                    " first lane.",
                                    labels=[*GPU_LABELS, "reason"])
         held = {name: GaugeMetricFamily(f"kuzk_gpu_{name}", text, labels=[*GPU_LABELS])

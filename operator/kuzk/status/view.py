@@ -246,7 +246,8 @@ class StatusView:
                 for gpu, seconds in self._gpu_shown.items()}
 
     def settle(self, now: float) -> None:
-        """Bring every GPU's mode up to ``now``: a lane's heartbeat ages without an event."""
+        """Bring every GPU's mode up to ``now`` (the reasons of GPUs without lanes follow the
+        queue of the ProofJobs)."""
         self.history.classify(self.worker_nodes.values(), self.queue, now)
 
     def snapshot(self) -> Snapshot:

@@ -82,4 +82,5 @@ def test_kubectl_explain_prints_descriptions(cluster: Cluster) -> None:
     ws = cluster.kubectl("explain", "workerstatus.status.workers").stdout
     assert "lanes" in ws and "holder" in ws
     lanes = cluster.kubectl("explain", "workerstatus.status.workers.lanes").stdout
-    assert "heartbeat" in lanes and "stage" in lanes and "readyAt" in lanes
+    assert "notLiveSince" in lanes and "stage" in lanes and "readyAt" in lanes
+    assert "heartbeat" not in lanes

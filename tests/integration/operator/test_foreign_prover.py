@@ -358,12 +358,12 @@ echo '{{"commitment": "0xc0ffee"}}' | kuzk-lane result -"""))
 
 
 def _lane_state(cluster: Cluster, node: str) -> dict[str, Any]:
-    """The WorkerStatus as a bad call could change it: all but what a heartbeat rewrites (its
-    time, the lane's memory, the GPU's time accounted up to it)."""
+    """The WorkerStatus as a bad call could change it: all but what any write rewrites (the
+    lane's memory, the GPU's time accounted up to it)."""
     ws = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
         api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
     status = ws.get("status") or {}
-    beat = {"heartbeat", "hostMemoryBytes", "deviceMemoryBytes"}
+    beat = {"hostMemoryBytes", "deviceMemoryBytes"}
     workers = [{**{k: v for k, v in w.items() if k != "gpuTime"},
                 "lanes": [{k: v for k, v in lane.items() if k not in beat}
                           for lane in w.get("lanes") or []]}

@@ -1,6 +1,7 @@
-"""In steady state the operator reads from its watch caches: while a job's partitions run and
-their provers write stages and heartbeats, its syncs (the 10 s resync included) and the
-worker sweep send no GET and no LIST, and a heartbeat syncs nothing."""
+"""In steady state the operator reads from its watch caches: while a job's partitions run,
+its syncs (the 10 s resync included) and the worker sweep send no GET and no LIST; and the
+lanes, synthesizing for longer than two heartbeat intervals of former releases, write
+nothing to their WorkerStatus between their stage changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import time
 from typing import Any
 
 import urllib3
+from kubernetes import client
 
+from kuzk import api
 from tests.integration.operator.conftest import (
     InProcessOperator,
     Plan,
@@ -21,7 +24,7 @@ from tests.integration.operator.conftest import (
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
-QUIET_S = 25  # longer than two resyncs (10 s) and two prover heartbeats (10 s)
+QUIET_S = 25  # longer than two resyncs (10 s) and two heartbeats of former releases (10 s)
 
 
 class CountingTransport:
@@ -44,7 +47,7 @@ class CountingTransport:
 
 def test_a_running_job_costs_no_reads(cluster: Cluster, namespace: str, nodes,
                                       inprocess_operator, plan: Plan) -> None:
-    nodes(1, gpus=2)
+    node = next(iter(nodes(1, gpus=2).nodes))
     operator: InProcessOperator = inprocess_operator()
     runtime = operator.runtime
     rest = runtime.controller.api_client.rest_client
@@ -60,16 +63,24 @@ def test_a_running_job_costs_no_reads(cluster: Cluster, namespace: str, nodes,
 
     wait_for(both_synthesizing, 90, "both partitions claiming and synthesizing")
     syncs = operator.call(lambda: runtime.queue.runs_total)
+    custom = client.CustomObjectsApi(cluster.api)
+    lanes = custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
+                                             node)
     with counting.lock:
         counting.sent.clear()
     time.sleep(QUIET_S)  # the quiet period is what is measured: nothing to wait on
     with counting.lock:
         quiet = list(counting.sent)
+    after = custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
+                                             node)
+    assert after["metadata"]["resourceVersion"] == lanes["metadata"]["resourceVersion"], (
+        "a lane wrote between its stage changes")
+    assert len(after["status"]["workers"]) == 2
     resyncs = operator.call(lambda: runtime.queue.runs_total) - syncs
     assert [r for r in quiet if r[0] == "GET"] == []
     assert quiet == []  # nothing changed, so nothing is written either
     # Only the clock runs in the quiet period (the job every 10 s, the node's sweep every
-    # 30 s); the provers' heartbeats (one per pod every 10 s) would add four or more.
+    # 30 s); heartbeats (one per pod every 10 s) would have added four or more.
     assert 2 <= resyncs <= QUIET_S // 10 + 2
 
     plan.go()

@@ -177,9 +177,10 @@ SETTLED = {"synth_done", "committing"}
 def lane_agrees(lane: dict[str, Any], readings: list[tuple[float, int]],
                 rendered: float) -> bool:
     """The lane's host memory lies within 20 % of the range its prover's resident memory
-    took from the lane's last write (its stage change or heartbeat, as of the document
-    rendered at ``rendered``) on."""
-    written = rendered - min(lane["stage_secs"], lane["heartbeat_age_secs"]) - WRITE_SLACK_S
+    took from the lane's last write (its stage change, or its acquire's readyAt, as of the
+    document rendered at ``rendered``) on."""
+    ages = [lane["stage_secs"], *([] if lane["ready_secs"] is None else [lane["ready_secs"]])]
+    written = rendered - min(ages) - WRITE_SLACK_S
     since = [m for t, m in readings if t >= written]
     return bool(since) and 0.8 * min(since) <= lane["host_memory_bytes"] <= 1.2 * max(since)
 

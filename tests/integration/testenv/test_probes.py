@@ -1,13 +1,21 @@
 """Probes run as the kubelet runs them: readiness drives Ready, a failing liveness probe
-restarts the container and counts the restart."""
+restarts the container and counts the restart, or, under ``restartPolicy: Never``, kills a
+stopped process (SIGTERM, then SIGKILL after the probe's own grace period) and fails its pod,
+even while a slow readiness probe runs; a pod not ready yet at its start is not a pod that
+stopped being ready (its first Ready condition dates from before its container started)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
+from kuzk import api
 from tests.integration.helpers import pod, read_pod
 from tests.testenv.cluster import Cluster
+from tests.testenv.kubelet import ProcessKubelet
 from tests.testenv.waiting import wait_for
 
 
@@ -49,3 +57,33 @@ def test_failing_liveness_probe_restarts_container(cluster: Cluster, namespace: 
                     and p.status.container_statuses[0].restart_count >= 1)
 
     wait_for(restarted, 60, "container restarted by its liveness probe")
+
+
+def test_a_stopped_process_is_killed_by_its_liveness_probe_and_its_pod_fails(
+        cluster: Cluster, namespace: str, nodes, tmp_path: Path) -> None:
+    kubelet: ProcessKubelet = nodes(1)
+    alive = tmp_path / "alive"
+    alive.touch()
+    liveness = {"exec": {"command": ["test", "-e", str(alive)]}, "periodSeconds": 1,
+                "failureThreshold": 2, "terminationGracePeriodSeconds": 2}
+    slow = {"exec": {"command": ["sleep", "3"]}, "periodSeconds": 1, "timeoutSeconds": 10}
+    cluster.core.create_namespaced_pod(namespace, pod(
+        "s", [sys.executable, "-c", "import time; time.sleep(600)"],
+        terminationGracePeriodSeconds=60,
+        container={"livenessProbe": liveness, "readinessProbe": slow}))
+    running = wait_for(lambda: (p := read_pod(cluster.core, namespace, "s"))
+                       and p.status.phase == "Running" and p, 60, "pod running")
+    body = cluster.api.sanitize_for_serialization(running)
+    assert api.pod_not_live_since(body) is None, "not ready yet is not stuck"
+    wait_for(lambda: _ready(cluster, namespace, "s"), 30, "Ready after the slow probe")
+    runner = next(r for r in kubelet.runners.values() if r.name == "s")
+    proc = runner.containers[0].proc
+    assert proc is not None
+    os.killpg(proc.pid, signal.SIGSTOP)
+    alive.unlink()
+    stopped = time.monotonic()
+    failed = wait_for(lambda: (p := read_pod(cluster.core, namespace, "s"))
+                      and p.status.phase == "Failed" and p, 30, "pod failed")
+    # Two failures a second apart, then 2 s of grace, not the pod's 60 s.
+    assert time.monotonic() - stopped < 15
+    assert failed.status.container_statuses[0].state.terminated.exit_code == 137

@@ -24,11 +24,12 @@ The rules, as the model reads them:
   Stages only move forward (a late report changes nothing and is not stale).
 * The finalizer's release (by pod) removes the pod's lane; without one it is nothing to do,
   unless the sweep took the GPU phase from that pod (it is remembered): then it is stale.
-* The sweep removes lanes whose pod is gone (lost), or that are silent while their pod has
-  ended (its outcome); a holder it removes is remembered, newest first, eight at most.
+* The sweep removes lanes whose pod is gone (lost), or whose pod ended with no finalizer
+  release in charge (its outcome); a holder it removes is remembered, newest first, eight
+  at most. It also marks lanes whose pod is not live, which changes nothing the model keeps.
 * Leaving with success (a release by the prover, the finalizer or the sweep with outcome
   succeeded) adds one to the GPU's completed count.
-* Every write of a lane's prover that changes its lane refreshes the lane's heartbeat.
+* No write refreshes anything just to say that a lane is alive.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ REMEMBERED = 8
 class ModelLane:
     uid: str
     priority: int
-    heartbeat: Any
     stage: str = "starting"
     ready: Any = None
 
@@ -101,7 +101,7 @@ class NodeModel:
             used = {w.id for w in self.workers}
             worker = ModelWorker(next(f"W{k}" for k in range(99) if f"W{k}" not in used), gpu)
             self.workers.append(worker)
-        worker.lanes.append(ModelLane(uid, PRIORITY.get(kind, 0), now))
+        worker.lanes.append(ModelLane(uid, PRIORITY.get(kind, 0)))
         return worker.id
 
     def stage(self, uid: str, stage: str, now: Any) -> bool:
@@ -111,14 +111,7 @@ class NodeModel:
             return self._stale()
         lane = found[1]
         if STAGES.index(stage) > STAGES.index(lane.stage):
-            lane.stage, lane.heartbeat = stage, now
-        return True
-
-    def heartbeat(self, uid: str, now: Any) -> bool:
-        found = self._find(uid)
-        if found is None:
-            return self._stale()
-        found[1].heartbeat = now
+            lane.stage = stage
         return True
 
     def acquire(self, uid: str, now: Any) -> str:
@@ -130,7 +123,7 @@ class NodeModel:
         if worker.holder == uid:
             return "granted"
         if lane.ready is None:
-            lane.ready, lane.heartbeat = now, now
+            lane.ready = now
         order = {x.uid: k for k, x in enumerate(worker.lanes)}
 
         def first(other: ModelLane) -> bool:
@@ -141,7 +134,7 @@ class NodeModel:
 
         if worker.holder is None and not any(first(other) for other in worker.lanes):
             worker.holder = uid
-            lane.stage, lane.ready, lane.heartbeat = "gpu", None, now
+            lane.stage, lane.ready = "gpu", None
             return "granted"
         return "waiting"
 
@@ -151,7 +144,7 @@ class NodeModel:
             return self._stale()
         worker, lane = found
         worker.holder = None
-        lane.stage, lane.heartbeat = "committing", now
+        lane.stage = "committing"
         return True
 
     def leave(self, uid: str, succeeded: bool) -> bool:
@@ -189,19 +182,11 @@ class NodeModel:
                 swept.append((worker.id, lane.uid, outcome))
         return swept
 
-    def sweep_live(
-        self, live: Mapping[str, str | None], silent_before: Any
-    ) -> list[tuple[str, str, str]]:
-        """The operator's sweep: ``live`` maps each existing pod to None while it runs, else
-        to the outcome of its end; a lane goes when its pod is gone, or when its pod ended
-        and its heartbeat is older than ``silent_before``."""
-
-        def outcome(uid: str, lane: ModelLane) -> str | None:
-            if uid not in live:
-                return "lost"
-            return live[uid] if lane.heartbeat < silent_before else None
-
-        return self.sweep(outcome)
+    def sweep_live(self, live: Mapping[str, str | None]) -> list[tuple[str, str, str]]:
+        """The operator's sweep: ``live`` maps each existing pod to None while its lane is
+        its prover's or its finalizer's to end, else to the outcome of its end; a lane goes
+        when its pod is gone, or when its pod's outcome is given."""
+        return self.sweep(lambda uid, _: live.get(uid, "lost"))
 
     def expected(self) -> dict[str, Any]:
         return {
@@ -237,7 +222,8 @@ def observed(status: Mapping[str, Any]) -> dict[str, Any]:
         assert w["state"] == state, f"{w['id']} is {w['state']}, its lanes say {state}"
         assert "since" in w, f"{w['id']} has no since"
         for lane in lanes:
-            assert {"since", "heartbeat", "priority"} <= lane.keys(), lane
+            assert {"since", "priority"} <= lane.keys(), lane
+            assert "heartbeat" not in lane, lane
             assert lane["priority"] == PRIORITY[lane["job"]["proofKind"]], lane
         rows.append(
             {
@@ -320,7 +306,7 @@ def _worker_change(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
         return None
     changed = [uid for uid in b_order if not same(uid)]
     if not changed:
-        return Transition("heartbeat") if a_holder == b_holder else None
+        return Transition("mark") if a_holder == b_holder else None
     if len(changed) != 1:
         return None
     (uid,) = changed
@@ -375,7 +361,7 @@ def explain(before: Mapping[str, Any], after: Mapping[str, Any]) -> Transition |
         if new != {lowest} or len(changes) != 1:
             return None
     if not changes:
-        return Transition("heartbeat")
+        return Transition("mark")
     if len(changes) == 1:
         return next(iter(changes.values()))
     # Only the sweep changes several workers at once, and only by removing lanes.

@@ -1,10 +1,10 @@
 """A lane's ``acquire`` against the API server: while another lane holds the GPU phase it
 waits on a watch of its node's WorkerStatus, and it wakes on the watch event that lets it in
 (seconds before the watch's own timeout, set here far beyond the test), not on other lanes'
-stage reports and heartbeats, and not for a GPU phase that a lane of higher priority gets
-first. Each waiter's requests are counted: a GET and a PUT to mark it ready, one watch, and
-a GET and a PUT when it is let in. A waiting lane removed by its pod's finalizer answers GONE;
-a waiter with a deadline answers WAITING when it has passed."""
+stage reports or the operator's liveness marks, and not for a GPU phase that a lane of
+higher priority gets first. Each waiter's requests are counted: a GET and a PUT to mark it
+ready, one watch, and a GET and a PUT when it is let in. A waiting lane removed by its pod's
+finalizer answers GONE; a waiter with a deadline answers WAITING when it has passed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -22,11 +23,11 @@ from kuzk.workers import (
     Gpu,
     acquire,
     claim,
-    heartbeat,
     join,
     release,
     release_gpu,
     stage,
+    sweep,
 )
 from tests.integration.workers.conftest import read_worker_status
 from tests.testenv.cluster import Cluster
@@ -98,10 +99,12 @@ def test_a_waiting_acquire_wakes_on_the_watch_when_the_gpu_phase_is_given_up(
         future = pool.submit(acquire, waiter, node, b, watch_s=WATCH_S)
         wait_for(lambda: waiting(admin, node, b), 30, "B marked ready and waiting")
         # Other lanes' writes while B waits: none of them lets B in, none wakes it.
+        running = {a.pod_uid: None, b.pod_uid: None, c.pod_uid: None}
         assert stage(admin, node, c, "synthesizing") is True
-        assert heartbeat(admin, node, a) is True
+        now = datetime.now(UTC)
+        assert sweep(admin, node, running, now, {c.pod_uid: now}) == []  # marks C not live
         assert stage(admin, node, c, "synth_done") is True
-        assert heartbeat(admin, node, a) is True
+        assert sweep(admin, node, running, datetime.now(UTC)) == []
         assert not future.done(), "B acquired while A holds the GPU phase"
         assert holder(admin, node) == a.pod_uid
         released = time.monotonic()

@@ -1,5 +1,5 @@
 """The guarded write's edges against the API server: missing objects never stick a finalizer,
-stale stage and heartbeat writes are refused and counted, continuous conflict gives up with a
+stale stage writes are refused and counted, continuous conflict gives up with a
 clear error, worker IDs are stable per GPU, lanes of one GPU share its worker, the CRD refuses
 a status that breaks the lanes' rules, the sweep frees what no pod holds, and a node's
 WorkerStatus goes with its Node."""
@@ -7,6 +7,7 @@ WorkerStatus goes with its Node."""
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,10 +29,9 @@ from kuzk.workers import (
     WriteDecision,
     acquire,
     claim,
-    decide_heartbeat,
+    decide_release_gpu,
     ensure_worker_status,
     guarded_write,
-    heartbeat,
     join,
     release,
     release_gpu,
@@ -64,7 +64,7 @@ def test_missing_object_claim_raises_release_and_sweep_do_nothing(
     assert sweep(admin, node, {}, datetime.now(UTC)) == []
 
 
-def test_stale_stage_and_heartbeat_are_refused_and_counted(
+def test_stale_stage_writes_are_refused_and_counted(
     caplog: pytest.LogCaptureFixture,
     admin: client.ApiClient,
     worker_status: Callable[[], str],
@@ -78,17 +78,16 @@ def test_stale_stage_and_heartbeat_are_refused_and_counted(
     assert release(admin, node, a, "succeeded") is True
     join(admin, node, GPUS[0], b)
     assert stage(admin, node, a, "synth_done") is False
-    assert heartbeat(admin, node, a) is False
     assert release_gpu(admin, node, a) is False
     assert stage(admin, node, b, "synth_done") is True
     w0 = workers(admin, node)["W0"]
     assert [(lane["pod"]["uid"], lane["stage"]) for lane in w0["lanes"]] == [
         (b.pod_uid, "synth_done")]
     assert w0["completed"] == 1
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 3
+    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
     refused = [r.getMessage() for r in caplog.records if "refused stale" in r.getMessage()]
     assert [m.split("refused stale ")[1].split()[0] for m in refused] == [
-        "stage", "heartbeat", "GPU"]
+        "stage", "GPU"]
 
 
 def test_worker_ids_are_stable_per_gpu(
@@ -209,15 +208,18 @@ def test_continuous_conflict_gives_up_with_a_clear_error(
     a = make_assignment()
     claim(admin, node, GPUS[0], a)
     configuration = cluster.api.configuration
-    bumping = BumpingClient(configuration, lambda: heartbeat(admin, node, a))
+    marks = itertools.cycle([{a.pod_uid: datetime.now(UTC)}, {}])
+    # Another writer (the operator's sweep, marking the lane not live and live again).
+    bumping = BumpingClient(
+        configuration, lambda: sweep(admin, node, {a.pod_uid: None}, datetime.now(UTC),
+                                     next(marks)))
     with pytest.raises(WorkerWriteConflict, match=f"WorkerStatus {node}: still conflicting"):
-        guarded_write(
-            bumping, node, lambda s: decide_heartbeat(s, a, datetime.now(UTC)), budget_s=0.5
-        )
+        guarded_write(bumping, node, lambda s: decide_release_gpu(s, a, datetime.now(UTC)),
+                      budget_s=0.5)
     assert bumping.puts >= 3, "it retried before giving up"
 
 
-def test_sweep_releases_workers_whose_pod_is_gone_or_silent(
+def test_sweep_releases_workers_whose_pod_is_gone_or_ended_and_marks_hung_ones(
     admin: client.ApiClient,
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
@@ -229,13 +231,17 @@ def test_sweep_releases_workers_whose_pod_is_gone_or_silent(
     live: dict[str, kapi.WorkerOutcome | None] = {
         running.pod_uid: None, finished.pod_uid: "succeeded"}
     now = datetime.now(UTC)
-    assert sweep(admin, node, live, now) == [Released("W2", gone.pod, "lost")]
-    # Thirty seconds without a heartbeat free a worker whose pod is not Running, only then.
-    later = now + timedelta(seconds=31)
-    assert sweep(admin, node, live, later) == [Released("W1", finished.pod, "succeeded")]
-    assert sweep(admin, node, live, later) == []
+    hung = {running.pod_uid: now - timedelta(seconds=5)}
+    assert sweep(admin, node, live, now, hung) == [
+        Released("W1", finished.pod, "succeeded"), Released("W2", gone.pod, "lost")]
+    version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
+    assert sweep(admin, node, live, now, hung) == []
+    assert read_worker_status(admin, node)["metadata"]["resourceVersion"] == version, (
+        "a sweep with nothing to change writes nothing")
     got = workers(admin, node)
     assert [got[w]["state"] for w in ("W0", "W1", "W2")] == ["gpu", "idle", "idle"]
+    assert got["W0"]["lanes"][0]["notLiveSince"] == kapi.format_time(
+        now - timedelta(seconds=5), millis=True)
     assert [got[w]["completed"] for w in ("W0", "W1", "W2")] == [0, 1, 0]
     # The sweep took the GPU phase from a pod it found gone: should that pod turn out to be
     # alive, its finalizer's release shows the takeover as a refused stale write.

@@ -1,8 +1,8 @@
 """ProverReporter, the prover's side of the protocol, against the API server: it is built from
 the partition pod's env, finds its GPU, waits for the operator to create the WorkerStatus,
 joins its GPU's lanes, reports stages, holds the GPU phase only around the GPU work (waiting
-on a watch while another lane holds it), keeps a rate-limited heartbeat, leaves on the way
-out, and stops writing once its lane was taken from it."""
+on a watch while another lane holds it), writes nothing between stage changes (no
+heartbeat), leaves on the way out, and stops writing once its lane was taken from it."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
+from kuzk import api
 from kuzk.workers import Gpu, sweep
 from kuzk_prover.reporter import ProverReporter
 from tests.integration.workers.conftest import (
@@ -58,7 +59,7 @@ def test_a_proof_seen_through_the_reporter(
 ) -> None:
     node = worker_status()
     env = pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-aaaa,GPU-bbbb")
-    with ProverReporter.from_env(env, heartbeat_interval=0.4) as reporter:
+    with ProverReporter.from_env(env) as reporter:
         assert reporter.join() == "W0"
         worker = w0(admin, node)
         assert worker["gpu"] == {"uuid": "GPU-aaaa"}
@@ -81,8 +82,7 @@ def test_a_proof_seen_through_the_reporter(
         after = w0(admin, node)
         assert (after["state"], after["lanes"][0]["stage"]) == ("waiting", "committing")
         assert "holder" not in after
-        first = lane0(admin, node)["heartbeat"]
-        wait_for(lambda: lane0(admin, node)["heartbeat"] != first, 10, "a heartbeat")
+        assert "heartbeat" not in after["lanes"][0]
     done = w0(admin, node)
     assert (done["state"], done["completed"], done["lanes"]) == ("idle", 1, [])
     assert reporter.release("succeeded") is False, "released once"
@@ -112,11 +112,37 @@ def test_without_a_gpu_the_worker_is_the_nodes_cpu(
     reporter = ProverReporter.from_env(pod_env(cluster, node))
     reporter.join()
     assert w0(admin, node)["gpu"] == {"uuid": f"CPU-{node}", "name": "cpu"}
-    # A heartbeat within the interval of the join writes nothing.
-    version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
-    reporter.heartbeat()
-    assert read_worker_status(admin, node)["metadata"]["resourceVersion"] == version
     assert reporter.release("failed") is True
+
+
+def changes(admin: client.ApiClient, node: str, version: str, seconds: int) -> list[str]:
+    """The resourceVersions the WorkerStatus took after ``version``, as a watch of it sees
+    them for ``seconds`` (the watch's own timeout: the time is the observation)."""
+    stream = watch.Watch()  # type: ignore[no-untyped-call]
+    seen = []
+    for event in stream.stream(  # type: ignore[no-untyped-call]
+            client.CustomObjectsApi(admin).list_cluster_custom_object, api.GROUP, api.VERSION,
+            api.WORKERSTATUS_PLURAL, field_selector=f"metadata.name={node}",
+            resource_version=version, timeout_seconds=seconds):
+        seen.append(event["object"]["metadata"]["resourceVersion"])
+    return seen
+
+
+def test_a_lane_writes_nothing_between_its_stage_changes(
+    cluster: Cluster, admin: client.ApiClient, worker_status: Callable[[], str]
+) -> None:
+    """A lane synthesizing for longer than the 10 s heartbeat interval of former releases
+    writes its stage once and then nothing: whether its prover is alive is its pod's
+    probes' to say."""
+    node = worker_status()
+    with ProverReporter.from_env(pod_env(cluster, node)) as reporter:
+        reporter.join()
+        reporter.on_stage("synthesizing")
+        version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
+        assert changes(admin, node, version, 15) == []
+        reporter.on_stage("synth_done")
+        assert len(changes(admin, node, version, 1)) == 1, "the next stage is one write"
+    assert w0(admin, node)["completed"] == 1
 
 
 def test_join_waits_for_the_operator_to_create_the_object(

@@ -126,7 +126,7 @@ def test_the_object_follows_the_pure_decisions(
                 moment = datetime.now(UTC)
                 got, want = sweep(admin, node, live, moment), decide_sweep(before, live, moment)
                 told = [(r.worker_id, r.pod.uid, r.outcome) for r in want.result]
-                assert model.sweep_live(live, -1) == told
+                assert model.sweep_live(live) == told
             else:
                 dead.add(a.pod_uid)
                 continue

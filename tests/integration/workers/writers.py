@@ -2,7 +2,7 @@
 
 A writer is a lane on one GPU: it runs fresh partitions one after another as the built-in
 prover does (join, synthesizing, synth_done, acquire the GPU phase, waiting on a watch while
-another lane holds it, release it, leave), with a heartbeat now and then. Every GPU carries
+another lane holds it, release it, leave). Every GPU carries
 several writers at once, so acquires wait and writes conflict. Now and then a prover dies,
 holding the GPU phase or before it asked for it: either the writer, as the operator's
 finalizer, then releases the dead pod by its pod reference (the lane, and the GPU phase with
@@ -33,7 +33,6 @@ from kuzk.workers import (
     Gpu,
     WorkerWriteConflict,
     acquire,
-    heartbeat,
     join,
     leave,
     release,
@@ -103,8 +102,6 @@ def run_writer(
                        f"pod-{writer}-{k}", str(uuid.uuid4()))
         expect("join", call(join, device, a).startswith("W"), True)
         expect("synthesizing", call(stage, a, "synthesizing"), True)
-        if rng.random() < 0.3:
-            expect("heartbeat", call(heartbeat, a), True)
         fate = rng.random()
         dies = fate < DIED_SHARE + SWEPT_SHARE
         holding = not dies or rng.random() < 0.7

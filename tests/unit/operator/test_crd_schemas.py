@@ -138,7 +138,7 @@ def test_status_enums_follow_the_code():
     assert worker["state"]["enum"] == ["idle", "waiting", "gpu"]
     lane = worker["lanes"]["items"]["properties"]
     assert lane["stage"]["enum"] == ["starting", "synthesizing", "synth_done", "gpu", "committing"]
-    assert set(lane) >= {"pod", "job", "partition", "attempt", "priority", "since", "heartbeat",
+    assert set(lane) >= {"pod", "job", "partition", "attempt", "priority", "since", "notLiveSince",
                          "readyAt"}
     assert set(worker) >= {"id", "gpu", "lanes", "holder", "completed", "since"}
 

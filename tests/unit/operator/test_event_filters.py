@@ -1,5 +1,6 @@
-"""Which events are worth a sync: worker heartbeats are not, a stage or an assignment is; and
-the peering rule that pauses a replica (Kopf's, applied to the same peering object)."""
+"""Which events are worth a sync: a lane's liveness mark is not, a stage or an assignment is;
+a pod's change of liveness is worth a sweep of its node, its other changes are not; and the
+peering rule that pauses a replica (Kopf's, applied to the same peering object)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
+from kuzk import api
 from kuzk.caches import Caches
 from kuzk.controller import Controller
 from kuzk.peering import outranked
@@ -21,17 +23,58 @@ def ws(*workers: dict[str, Any]) -> dict[str, Any]:
     return {"spec": {"nodeName": "n1"}, "status": {"workers": list(workers)}}
 
 
-def proving(job: str, pod: str, stage: str = "starting", beat: str = "t1") -> dict[str, Any]:
+def proving(job: str, pod: str, stage: str = "starting", live: bool = True) -> dict[str, Any]:
     """A worker with one lane of ``job`` on ``pod`` in ``stage``."""
-    lane = {"job": {"namespace": "ns", "name": job}, "pod": {"name": pod, "uid": pod},
-            "stage": stage, "heartbeat": f"2026-12-02T12:00:0{beat[-1]}Z"}
+    lane: dict[str, Any] = {"job": {"namespace": "ns", "name": job},
+                            "pod": {"name": pod, "uid": pod}, "stage": stage}
+    if not live:
+        lane["notLiveSince"] = "2026-12-02T12:00:01Z"
     return {"id": "W0", "lanes": [lane]}
 
 
-def test_a_heartbeat_syncs_no_job() -> None:
-    before = assignments(ws(proving("a", "p1", "gpu", beat="t1")))
-    after = assignments(ws(proving("a", "p1", "gpu", beat="t2")))
+def test_a_liveness_mark_syncs_no_job() -> None:
+    before = assignments(ws(proving("a", "p1", "gpu")))
+    after = assignments(ws(proving("a", "p1", "gpu", live=False)))
     assert changed_jobs(before, after) == set()
+
+
+def pod(ready: str, *, phase: str = "Running", uid: str = "p1") -> dict[str, Any]:
+    """A partition pod on n1 whose container started at 12:00:00 and whose Ready condition
+    is ``ready`` since 12:00:30."""
+    return {"metadata": {"namespace": "ns", "name": uid, "uid": uid},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": phase,
+                       "conditions": [{"type": "Ready", "status": ready,
+                                       "lastTransitionTime": "2026-12-02T12:00:30Z"}],
+                       "containerStatuses": [{"name": "prover", "state": {
+                           "running": {"startedAt": "2026-12-02T12:00:00Z"}}}]}}
+
+
+async def test_a_pod_that_stops_or_starts_again_being_live_sweeps_its_node_soon() -> None:
+    controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
+    runtime = Runtime(controller, Caches({}, {}, {}))
+    runtime.on_pod("ADDED", pod("True"))
+    assert not runtime.queue.scheduled(("sweep", "n1")), "live, as before: nothing to mark"
+    runtime.on_pod("MODIFIED", pod("False"))
+    assert runtime.queue.scheduled(("sweep", "n1"))
+    runtime.queue.forget(("sweep", "n1"))
+    runtime.on_pod("MODIFIED", pod("False"))
+    assert not runtime.queue.scheduled(("sweep", "n1")), "still not live: marked already"
+    runtime.on_pod("MODIFIED", pod("True"))
+    assert runtime.queue.scheduled(("sweep", "n1")), "live again: the mark goes"
+    runtime.queue.forget(("sweep", "n1"))
+    runtime.on_pod("MODIFIED", pod("False", phase="Failed"))
+    assert not runtime.queue.scheduled(("sweep", "n1")), "an ended pod is its finalizer's"
+    await runtime.close()
+
+
+def test_a_pod_is_not_live_once_its_ready_condition_turned_false_after_its_start() -> None:
+    assert api.pod_not_live_since(pod("False")) == datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)
+    assert api.pod_not_live_since(pod("True")) is None
+    assert api.pod_not_live_since(pod("False", phase="Failed")) is None
+    starting = pod("False")
+    starting["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-02T12:00:00Z"
+    assert api.pod_not_live_since(starting) is None, "not ready yet at its start: not hung"
 
 
 def test_a_stage_change_syncs_its_job() -> None:

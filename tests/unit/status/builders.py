@@ -47,20 +47,21 @@ def at(t: float) -> datetime:
 
 def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int = 1,
          namespace: str = "ns", kind: str = "snap-update", since: float = T0,
-         heartbeat: float | None = None, ready: float | None = None) -> ws.Lane:
-    """A lane (a partition pod on a GPU) of ``job``, in the one model."""
+         not_live: float | None = None, ready: float | None = None) -> ws.Lane:
+    """A lane (a partition pod on a GPU) of ``job``, in the one model; ``not_live``: marked
+    not live since then."""
     return ws.Lane(
         pod=ws.PodRef(f"{job}-p{partition}-a{attempt}", f"pod-{job}-{partition}-{attempt}"),
         job=ws.JobRef(namespace, job, f"uid-{job}", kind),
         partition=partition, attempt=attempt, priority=ws.lane_priority(kind),
         stage=ws.LaneStage(stage), since=at(since),
-        heartbeat=at(since if heartbeat is None else heartbeat),
-        ready_at=None if ready is None else at(ready))
+        ready_at=None if ready is None else at(ready),
+        not_live_since=None if not_live is None else at(not_live))
 
 
 def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: int | None = None,
            stage: str | None = None, attempt: int = 1, namespace: str = "ns",
-           completed: int = 0, since: float = T0, heartbeat: float | None = None,
+           completed: int = 0, since: float = T0, not_live: float | None = None,
            kind: str = "snap-update", lanes: tuple[ws.Lane, ...] = (),
            uuid: str | None = None) -> ws.Worker:
     """A physical GPU, its time accounted up to ``since``. ``gpu``: a lane of ``job`` holding
@@ -72,7 +73,7 @@ def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: 
     if state in ("gpu", "waiting") and job is not None and partition is not None:
         default = "gpu" if state == "gpu" else "synthesizing"
         own.append(lane(job, partition, stage=stage or default, attempt=attempt,
-                        namespace=namespace, kind=kind, since=since, heartbeat=heartbeat))
+                        namespace=namespace, kind=kind, since=since, not_live=not_live))
         if state == "gpu":
             holder = ws.Holder(own[0].pod, at(since))
     return ws.Worker(id=wid, gpu=ws.Gpu(uuid or f"GPU-{wid.lower()}"),

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk import workers, workerstatus
+from kuzk import workers
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import RESOURCES, StatusView
@@ -23,7 +23,7 @@ from tests.unit.status.builders import T0, at, lane, node, part, proofjob, worke
 from tests.unit.status.builders import workerstatus as ws_object
 from tests.unit.status.conftest import Clock, Feed
 
-REASONS = ("no_lane", "cpu", "unknown")
+REASONS = ("no_lane", "cpu", "not_live")
 
 
 def doc(view: StatusView) -> dict[str, Any]:
@@ -52,8 +52,7 @@ def test_a_gpu_without_lanes_is_idle(feed: Feed, view: StatusView) -> None:
     w = gpu(view)
     assert (w["state"], w["holder"], w["lanes"], w["idle_reason"]) == ("idle", None, [],
                                                                         "no_work")
-    assert (w["heartbeat_age_secs"], w["busy_secs"], w["stage"], w["current_job"]) == (
-        None, None, None, None)
+    assert (w["busy_secs"], w["stage"], w["current_job"]) == (None, None, None)
     assert w["completed"] == 3
 
 
@@ -62,7 +61,7 @@ def test_lanes_without_a_holder_are_waiting_on_the_cpu(feed: Feed, view: StatusV
                                                        clock: Clock, stage: str) -> None:
     ready = T0 + 2 if stage == "synth_done" else None
     feed(workerstatuses=[ws_object("gpu-1", worker("W0", lanes=(
-        lane("j", 4, stage=stage, since=T0, heartbeat=T0 + 2, ready=ready),)))])
+        lane("j", 4, stage=stage, since=T0, ready=ready),)))])
     clock.now = T0 + 5
     w = gpu(view)
     assert (w["state"], w["holder"], w["idle_reason"], w["busy_secs"]) == (
@@ -70,15 +69,15 @@ def test_lanes_without_a_holder_are_waiting_on_the_cpu(feed: Feed, view: StatusV
     (row,) = w["lanes"]
     assert row == {"pod": "j-p4-a1", "job_id": "ns/j", "proof_kind": "snap-update",
                    "partition": 4, "attempt": 1, "stage": stage, "stage_secs": 5.0,
-                   "heartbeat_age_secs": 3.0,
+                   "not_live_secs": None,
                    "ready_secs": 3.0 if stage == "synth_done" else None,
                    "host_memory_bytes": None, "device_memory_bytes": None}
-    assert w["heartbeat_age_secs"] == 3.0
+    assert "heartbeat_age_secs" not in w
 
 
 def test_a_gpu_whose_lane_holds_the_gpu_phase_shows_the_holder_and_every_lane(
         feed: Feed, view: StatusView, clock: Clock) -> None:
-    others = (lane("j", 3, stage="synthesizing", since=T0 + 1, heartbeat=T0 + 4),
+    others = (lane("j", 3, stage="synthesizing", since=T0 + 1),
               lane("k", 0, stage="synth_done", since=T0 + 2, ready=T0 + 3, kind="porep-c2",
                    namespace="other"))
     feed(workerstatuses=[ws_object("gpu-1", worker("W0", "gpu", job="j", partition=9,
@@ -95,7 +94,7 @@ def test_a_gpu_whose_lane_holds_the_gpu_phase_shows_the_holder_and_every_lane(
     assert (w["current_job"], w["current_proof_kind"], w["current_partition"], w["attempt"],
             w["stage"], w["busy_secs"], w["stage_secs"]) == (
         "ns/j", "snap-update", 9, 2, "gpu", 5.5, 5.5)
-    assert (w["idle_reason"], w["heartbeat_age_secs"]) == (None, 1.5)
+    assert w["idle_reason"] is None
 
 
 # --- busy and idle time ----------------------------------------------------------------------
@@ -148,38 +147,46 @@ def test_busy_counts_only_the_gpu_phase_of_what_the_protocol_writes(view: Status
     clock.now = T0 + 20
     w = gpu(view)
     # GPU phase: 5-9 (partition 0) and 10-14 (partition 1).
-    assert times(w) == {"busy": 8.0, "no_lane": 5.0, "cpu": 7.0, "unknown": 0.0}
+    assert times(w) == {"busy": 8.0, "no_lane": 5.0, "cpu": 7.0, "not_live": 0.0}
     assert w["busy_fraction_10m"] == 0.4
 
 
-def test_lanes_that_stop_beating_are_unknown_from_when_their_heartbeat_got_old(
+def test_lanes_marked_not_live_are_not_live_from_when_their_pods_stopped_being_live(
         feed: Feed, view: StatusView, clock: Clock) -> None:
-    feed(workerstatuses=[ws_object("gpu-1", worker("W0", lanes=(
-        lane("j", 0, heartbeat=T0), lane("j", 1, heartbeat=T0 + 4))))])
-    clock.now = T0 + 34
+    """Not live only once every lane is: one live lane keeps the GPU's time cpu. The GPU is
+    not live from the operator's write that marks its last live lane (the moment the object
+    says so); each lane shows how long its pod has not been live."""
+    one = worker("W0", lanes=(lane("j", 0, not_live=T0 + 20), lane("j", 1)))
+    feed(workerstatuses=[ws_object("gpu-1", one)])
+    clock.now = T0 + 40
     assert gpu(view)["idle_reason"] == "cpu"
+    both = ws_object("gpu-1", one)
+    sweep = workers.decide_sweep(both["status"], {"pod-j-0-1": None, "pod-j-1-1": None},
+                                 at(T0 + 40), {"pod-j-0-1": at(T0 + 20), "pod-j-1-1": at(T0 + 30)})
+    view.event("workerstatuses", "MODIFIED", written("gpu-1", sweep.status))
     clock.now = T0 + 50
     w = gpu(view)
-    assert (w["state"], w["idle_reason"]) == ("waiting", "unknown")
-    assert times(w) == {"busy": 0.0, "no_lane": 0.0, "cpu": 34.0, "unknown": 16.0}
-    # A heartbeat comes in, written as the protocol writes it: heard from again.
-    beat = workers.decide_heartbeat(ws_object("gpu-1", worker("W0", lanes=(
-        lane("j", 0, heartbeat=T0), lane("j", 1, heartbeat=T0 + 4))))["status"],
-        workers.Assignment("ns", "j", "uid-j", "snap-update", 1, 1, "j-p1-a1", "pod-j-1-1"),
-        at(T0 + 50))
-    assert beat.stale is None
-    view.event("workerstatuses", "MODIFIED", written("gpu-1", beat.status))
-    clock.now = T0 + 60
-    assert times(gpu(view)) == {"busy": 0.0, "no_lane": 0.0, "cpu": 44.0, "unknown": 16.0}
+    assert (w["state"], w["idle_reason"]) == ("waiting", "not_live")
+    assert [row["not_live_secs"] for row in w["lanes"]] == [30.0, 20.0]
+    assert times(w) == {"busy": 0.0, "no_lane": 0.0, "cpu": 40.0, "not_live": 10.0}
 
 
-def test_a_holder_is_busy_even_without_fresh_heartbeats(feed: Feed, view: StatusView,
-                                                         clock: Clock) -> None:
+def test_a_holder_is_busy_without_writes_and_idle_not_live_once_marked(
+        feed: Feed, view: StatusView, clock: Clock) -> None:
     feed(workerstatuses=[ws_object("gpu-1", worker("W0", "gpu", job="j", partition=0))])
     clock.now = T0 + 100
     w = gpu(view)
     assert (w["state"], w["idle_reason"], w["busy_seconds_total"]) == ("gpu", None, 100.0)
-    assert w["heartbeat_age_secs"] == 100.0
+    assert doc(view)["fleet"]["gpus_proving"] == 1
+    held = ws_object("gpu-1", worker("W0", "gpu", job="j", partition=0))
+    mark = workers.decide_sweep(held["status"], {"pod-j-0-1": None}, at(T0 + 100),
+                                {"pod-j-0-1": at(T0 + 90)})
+    view.event("workerstatuses", "MODIFIED", written("gpu-1", mark.status))
+    clock.now = T0 + 110
+    w = gpu(view)
+    assert (w["state"], w["idle_reason"], w["holder"]["partition"]) == ("gpu", "not_live", 0)
+    assert doc(view)["fleet"]["gpus_proving"] == 0, "a hung holder proves nothing"
+    assert times(w) == {"busy": 100.0, "no_lane": 0.0, "cpu": 0.0, "not_live": 10.0}
 
 
 def test_gpus_without_lanes_are_scheduling_while_partitions_could_run_on_them(
@@ -212,7 +219,7 @@ def test_gpus_without_lanes_are_scheduling_while_partitions_could_run_on_them(
     assert reasons()["a/W1"] == "no_work"
     w1 = doc(view)["gpu_workers"][1]
     # The counters' reason is what the WorkerStatus tells: no lane, whatever the jobs said.
-    assert times(w1) == {"busy": 0.0, "no_lane": 15.0, "cpu": 0.0, "unknown": 0.0}
+    assert times(w1) == {"busy": 0.0, "no_lane": 15.0, "cpu": 0.0, "not_live": 0.0}
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -379,8 +386,3 @@ def test_gpu_metrics_have_their_names_and_labels(feed: Feed, view: StatusView,
             for labels, v in samples["kuzk_gpu_idle_seconds_total"]}
     assert idle == {**{("W0", r): 0.0 for r in REASONS}, **{("W1", r): 0.0 for r in REASONS},
                     ("W1", "no_lane"): 20.0}
-
-
-def test_the_heartbeat_limit_is_the_sweeps() -> None:
-    assert workerstatus.HEARTBEAT_FRESH_S == (workers.HEARTBEAT_INTERVAL_S
-                                              * workers.SWEEP_MISSED_HEARTBEATS)

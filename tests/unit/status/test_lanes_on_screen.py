@@ -126,7 +126,7 @@ def test_gpu_time_is_the_workerstatus_s_and_a_new_server_shows_the_same(
     again = doc(restarted)["gpu_workers"][0]
     assert first["busy_seconds_total"] == again["busy_seconds_total"] == 40.0
     assert first["idle_seconds_total"] == again["idle_seconds_total"] == {
-        "no_lane": 65.0, "cpu": 0.0, "unknown": 0.0}
+        "no_lane": 65.0, "cpu": 0.0, "not_live": 0.0}
 
 
 def test_a_mode_closed_by_a_late_write_never_shows_less_after_a_restart(clock: Clock) -> None:

@@ -275,7 +275,8 @@ def _reason(view: StatusView, clock: Clock, now: float) -> str | None:
 def test_the_idle_reason_follows_the_jobs_and_the_lanes(view: StatusView,
                                                         clock: Clock) -> None:
     """no_work, then scheduling (a partition pending), cpu (a lane synthesizing), busy (it
-    holds the GPU phase), cpu (it commits), unknown (its heartbeat stops), no_work."""
+    holds the GPU phase), cpu (it commits), not_live (the operator marks it: its pod is not
+    live), no_work."""
     empty = workerstatus("gpu-1", worker("W0"))
     view.listed("nodes", [node("gpu-1", 1)])
     view.listed("pods", [])
@@ -298,14 +299,18 @@ def test_the_idle_reason_follows_the_jobs_and_the_lanes(view: StatusView,
     view.listed("workerstatuses", [workerstatus("gpu-1", worker(
         "W0", "waiting", job="j", partition=0, stage="committing", since=T0 + 19))])
     assert _reason(view, clock, T0 + 20) == "cpu"
-    # The lane's last heartbeat was at T0+19: 30 s later it is unknown, whoever looks when.
-    assert _reason(view, clock, T0 + 70) == "unknown"
+    # No write for a minute says nothing: still cpu. The operator's mark says not live.
+    assert _reason(view, clock, T0 + 70) == "cpu"
+    view.listed("workerstatuses", [workerstatus("gpu-1", worker(
+        "W0", "waiting", job="j", partition=0, stage="committing", since=T0 + 19,
+        not_live=T0 + 65))])
+    assert _reason(view, clock, T0 + 75) == "not_live"
     clock.now = T0 + 80
     view.listed("proofjobs", [proofjob("j", part(0, "done"), count=1, phase="Succeeded")])
     view.listed("workerstatuses", [empty])
     assert _reason(view, clock, T0 + 100) == "no_work"
     w = doc(view)["gpu_workers"][0]
-    assert set(w["idle_strip_10m"]) <= {None, "no_work", "scheduling", "cpu", "unknown"}
+    assert set(w["idle_strip_10m"]) <= {None, "no_work", "scheduling", "cpu", "not_live"}
 
 
 def test_a_pod_scheduled_to_a_node_makes_only_that_node_scheduling(view: StatusView,

@@ -80,11 +80,12 @@ function shortJob(jobId) {
   return jobId ? jobId.slice(jobId.indexOf("/") + 1) : "";
 }
 
-const REASONS = {no_work: "no work", scheduling: "scheduling", cpu: "CPU", unknown: "unknown"};
+const REASONS = {no_work: "no work", scheduling: "scheduling", cpu: "CPU", not_live: "lane not live"};
 
 function laneLine(lane, drift) {
   const ready = lane.ready_secs !== null && lane.stage === "synth_done";
-  const doing = ready ? `waiting for GPU ${secs(lane.ready_secs + drift)}`
+  const doing = lane.not_live_secs !== null ? `${lane.stage}, not live ${secs(lane.not_live_secs + drift)}`
+    : ready ? `waiting for GPU ${secs(lane.ready_secs + drift)}`
     : `${lane.stage} ${secs(lane.stage_secs + drift)}`;
   return el("li", {class: `lane ${lane.stage}`, title: `${lane.job_id} · pod ${lane.pod}`,
     text: `${shortJob(lane.job_id)} P${lane.partition} · ${doing}`});
@@ -93,7 +94,7 @@ function laneLine(lane, drift) {
 function renderWorkers(d, drift) {
   const cards = d.gpu_workers.map(w => {
     const held = w.holder;
-    const doing = held
+    const doing = held && !w.idle_reason
       ? `${shortJob(held.job_id)} P${held.partition} · gpu ${secs(held.since_secs + drift)}`
       : `idle: ${REASONS[w.idle_reason] || w.idle_reason || "?"}`;
     const strip = el("div", {class: "strip", title: `busy ${pct(w.busy_fraction_10m)} of the last 10 min`});

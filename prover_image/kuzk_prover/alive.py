@@ -1,0 +1,113 @@
+"""The prover's sign of life, for its pod's probes, so that no write to the API server says
+that a prover is alive.
+
+A thread of the prover touches a file every ``PULSE_S`` seconds (``Pulse``); ``kuzk-alive``
+(``main``), the command the partition pod's readiness and liveness probes run (exec, no
+shell, ``kuzk.pods``), fails when the file is missing or older than the limit it is given.
+A prover that stops (SIGSTOP, a debugger) or hangs with the interpreter held stops touching
+it: its pod turns not ready first (the screen shows its GPU idle as "lane not live"), then
+its liveness probe has the kubelet kill it, the pod fails, and the operator's finalizer
+release frees the GPU phase it held. The file is in the container's temporary directory
+(``TMPDIR``, else ``/tmp``: the partition pod mounts an emptyDir there, its root filesystem
+being read-only). This module imports only the standard library: a probe starts quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+PULSE_S = 2.0
+FILE_NAME = "kuzk-prover-alive"
+
+
+def alive_file() -> Path:
+    """Where the prover's pulse is, for the prover and its probes alike."""
+    return Path(os.environ.get("TMPDIR") or "/tmp") / FILE_NAME
+
+
+class Pulse:
+    """Touches ``path`` every ``every`` seconds from a daemon thread, from ``start`` until
+    ``stop`` (which removes the file). A context manager."""
+
+    def __init__(self, path: Path | None = None, every: float = PULSE_S) -> None:
+        self.path = path or alive_file()
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kuzk-pulse", daemon=True)
+
+    def start(self) -> Pulse:
+        self._touch()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+    def __enter__(self) -> Pulse:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._touch()
+
+    def _touch(self) -> None:
+        # A file that cannot be written makes the probes fail, which says what is wrong in
+        # the pod's events; the proof itself goes on until then.
+        with contextlib.suppress(OSError):
+            self.path.touch()
+
+
+def age(path: Path, now: float | None = None) -> float | None:
+    """Seconds since the pulse last touched ``path``; None when there is none."""
+    try:
+        touched = path.stat().st_mtime
+    except OSError:
+        return None
+    return max(0.0, (time.time() if now is None else now) - touched)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kuzk-alive",
+        description="Exit 0 if the prover's pulse is fresh, 1 if it is older than --within"
+                    " seconds or missing (a readiness or liveness probe of a partition pod).")
+    parser.add_argument("--within", type=float, required=True, metavar="SECONDS",
+                        help="how old the pulse may be")
+    parser.add_argument("--file", type=Path, default=None,
+                        help="the pulse file (default: $TMPDIR or /tmp, then "
+                             f"{FILE_NAME})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.within <= 0:
+        print(f"kuzk-alive: --within must be more than 0 seconds, not {args.within:g}")
+        return 2
+    path = args.file or alive_file()
+    seconds = age(path)
+    if seconds is None:
+        print(f"kuzk-alive: no pulse at {path}: the prover has not started or is gone")
+        return 1
+    if seconds > args.within:
+        print(f"kuzk-alive: the prover's pulse is {seconds:.1f} s old (limit {args.within:g}"
+              " s): it is stuck")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
