@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,10 +186,21 @@ def lane_agrees(lane: dict[str, Any], readings: list[tuple[float, int]],
     return bool(since) and 0.8 * min(since) <= lane["host_memory_bytes"] <= 1.2 * max(since)
 
 
+def _written(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def measure(doc: dict[str, Any], kubelet: ProcessKubelet, workers: Versions,
             memory: Memory) -> None:
     pids = {r.name: c.proc.pid for r in list(kubelet.runners.values())
             for c in r.containers if c.proc is not None}
+    # A prover that wrote its result has let its arrays go and is about to leave its lane:
+    # its lane shows the memory it held while committing until the leave write lands.
+    finished = {r.name for r in list(kubelet.runners.values())
+                for c in r.containers if _written(c.message_file)}
     now = time.time()
     # Every prover is read, from its start on, not only those the document shows yet: a
     # lane's figure may come from a write the document's render trails.
@@ -224,8 +236,14 @@ def measure(doc: dict[str, Any], kubelet: ProcessKubelet, workers: Versions,
                     f"{lane['pod']} ({lane['stage']}): host memory {lane['host_memory_bytes']}"
                     f" outside its prover's /proc resident memory since its last write"
                     f" {[m for _, m in memory.readings[pids[lane['pod']]]][-20:]}")
-        if {lane["stage"] for lane in lanes} <= SETTLED:
+        if ({lane["stage"] for lane in lanes} <= SETTLED
+                and not {lane["pod"] for lane in lanes} & finished):
             memory.ratios.append(n["host_memory_bytes"] / sum(m or 0 for m in measured))
+            if not 0.8 <= memory.ratios[-1] <= 1.2:
+                shown = [(lane["pod"], lane["stage"], lane["stage_secs"],
+                          lane["host_memory_bytes"]) for lane in lanes]
+                memory.problems.append(f"{n['node']}: host memory {n['host_memory_bytes']} but"
+                                       f" its provers hold {measured} now; lanes {shown}")
 
 
 def _current(seen: Agreement, what: str, found: tuple[dict[str, Any], float | None] | None,
