@@ -17,7 +17,7 @@ provers' requests, tells whose each write is; kube-controller-manager's controll
 scheduler are told by their user agents, the harness's own creates and deletes are "bench".
 Partition pods run a stand-in prover (``bench/fleet_standin.py``): one process serves every
 kuzk pod through kuzk's real lane protocol (join, stage writes, the GPU phase acquired and
-released, one holder per GPU at a time, heartbeats while kuzk has them, leave) and each
+released, one holder per GPU at a time, leave; a lane writes only when it moves) and each
 partition works 0.5-2 s instead of proving; the Jobs' pods only work, as a Job's pod reports
 to no WorkerStatus. ``--jobs`` ProofJobs of the four kinds in turn (winning-post,
 snap-update, window-post, porep-c2; partitions by kind) are created at once; when all have
@@ -44,8 +44,14 @@ Reported per system, per partition attempt (a pod that ran; its count is the div
   its write-ahead log took (every change is written there whole before it is applied;
   the database file's size, ``etcd_mvcc_db_total_size_in_bytes``, moves with compaction,
   not with writes), and its puts (``etcd_mvcc_put_total``);
-* heartbeat writes (the stand-in's count: writes that only say a lane is alive, zero once a
-  lane writes only when its stage changes), and writes that gave up (WorkerWriteConflict);
+* WorkerStatus writes by what each moved (``Moves``): a watch of the WorkerStatuses sees
+  every change, and the audit entry of the write that made it carries the resourceVersion it
+  was made on (one compare-and-swap write can succeed on a version), so each successful write
+  is told by its writer and its kind: a lane's join, stage, ready (it waits in its GPU's
+  queue), acquire, release_gpu or leave, the operator's liveness mark, a stale write refused
+  and counted, or none of them. Writes that moved no lane (none of those, or no change at
+  all) are the heartbeats the issue rules out between stage changes: measured, their goal
+  is 0. And writes that gave up (WorkerWriteConflict);
 * the status lag p50/p99, from a partition pod's Succeeded (as a watch sees it) to its job's
   status showing the partition done (ProofJob status.partitions; Job completedIndexes).
 
@@ -94,9 +100,10 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 import kuzk
-from kuzk import api, workers
+from kuzk import api
 from kuzk.pods import PodSettings
 from kuzk.ranges import expand
+from kuzk.workerstatus import WorkerStatusModel, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
@@ -128,12 +135,9 @@ WORKERSTATUS = api.WORKERSTATUS_PLURAL
 # fleet projection.
 GOALS = {"requests_per_attempt": 8.0, "lists_per_sync": 0.0, "completion_ratio": 1.0,
          "rss_mb": 400.0, "ws_writes_per_attempt": 6.0, "ws_conflicts_per_attempt": 0.3,
-         "heartbeats_per_attempt": 0.0, "operator_cpu_vs_kcm": 1.5,
+         "not_moves_per_attempt": 0.0, "operator_cpu_vs_kcm": 1.5,
          "apiserver_cpu_vs_job": 2.0, "fleet_writes_per_s": 1000.0,
          "fleet_operator_cores": 1.0}
-# kuzk's own heartbeat interval, which the projection carries heartbeats at (None: kuzk has
-# no heartbeat writes any more).
-KUZK_HEARTBEAT_S: float | None = getattr(workers, "HEARTBEAT_INTERVAL_S", None)
 OPERATOR_WATCH_EVENTS = "kuzk_operator_watch_events_total"
 Obj = dict[str, Any]
 Figures = dict[str, float]
@@ -277,13 +281,26 @@ def component(event: Mapping[str, Any], users: Mapping[str, str], admin: str) ->
     return BENCH if user == admin else user
 
 
+@dataclass(frozen=True)
+class Written:
+    """A WorkerStatus write that succeeded: whose, which call, on which object, made on which
+    of its versions (the resourceVersion it carried; "" when it carried none)."""
+
+    who: str
+    call: str
+    name: str
+    version: str
+
+
 @dataclass
 class Calls:
     """API requests in one window of the audit log: by component and call ("verb resource",
-    a subresource after a slash), and the 409 Conflicts among them."""
+    a subresource after a slash), the 409 Conflicts among them, and the WorkerStatus writes
+    that succeeded, one by one."""
 
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     conflicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    written: list[Written] = field(default_factory=list)
 
     def add(self, other: Calls, who: str) -> None:
         """Add ``other``'s requests of component ``who``."""
@@ -306,8 +323,12 @@ class Calls:
             f"/{ref['subresource']}" if ref.get("subresource") else "")
         key = (who, f"{verb} {resource}")
         self.calls[key] += 1
-        if (event.get("responseStatus") or {}).get("code") == 409:
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        if code == 409:
             self.conflicts[key] += 1
+        elif code < 300 and is_write(key[1]) and on_workerstatus(key[1]):
+            self.written.append(Written(who, key[1], str(ref.get("name", "")),
+                                        str(ref.get("resourceVersion", ""))))
 
     @classmethod
     def read(cls, log: Path, start: int, end: int, users: Mapping[str, str],
@@ -328,6 +349,112 @@ def is_write(call: str) -> bool:
 
 def on_workerstatus(call: str) -> bool:
     return call.split(" ", 1)[-1].split("/")[0] == WORKERSTATUS
+
+
+# --- what each WorkerStatus write moved: the watch's view of it, told by its audit entry -------
+# A lane's moves, in the order a write that made several names them ("leave+mark"), and a
+# stale write refused and counted (``staleWritesRejected``).
+MOVES = ("join", "stage", "ready", "acquire", "release_gpu", "leave", "mark", "refused")
+# A write that changed the object but no lane's membership, stage, place in its GPU's queue,
+# holding or not-live mark, and counted no refusal.
+NO_MOVE = "no lane moved"
+# A write the API server took whose change no watch event showed: it changed nothing (the
+# API server stores no new version then), or the watch missed it (a relist).
+UNSEEN = "no change seen"
+NOT_MOVES = (NO_MOVE, UNSEEN)
+LaneState = tuple[str, bool, Any, Any]
+
+
+def _lanes(model: WorkerStatusModel) -> dict[str, LaneState]:
+    """Each lane of a WorkerStatus by its pod's UID: its stage, whether it holds its GPU's
+    phase, since when it waits for it, its not-live mark."""
+    out: dict[str, LaneState] = {}
+    for worker in model.workers:
+        holder = worker.holder.pod.uid if worker.holder is not None else None
+        for lane in worker.lanes:
+            out[lane.pod.uid] = (str(lane.stage), lane.pod.uid == holder, lane.ready_at,
+                                 lane.not_live_since)
+    return out
+
+
+def lane_moves(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """What a write that took a WorkerStatus's status from ``before`` to ``after`` moved: for
+    each lane, "join" (it appeared), "leave" (it went: the prover's leave, the finalizer
+    release or the sweep), "acquire" or "release_gpu" (it took or gave up its GPU's phase),
+    else "stage" (its stage changed) or "ready" (it joined its GPU's queue: a wait for the
+    phase another lane holds), and "mark" (its not-live mark was set or cleared); "refused"
+    when the write counted a stale write; joined by "+" in ``MOVES``'s order, or
+    ``NO_MOVE``."""
+    was_model, now_model = parse(before), parse(after)
+    old, new = _lanes(was_model), _lanes(now_model)
+    moves: set[str] = set()
+    if now_model.stale_writes_rejected > was_model.stale_writes_rejected:
+        moves.add("refused")
+    for uid in old.keys() | new.keys():
+        was, now = old.get(uid), new.get(uid)
+        if was is None or now is None:
+            moves.add("join" if was is None else "leave")
+            continue
+        if was[1] != now[1]:
+            moves.add("acquire" if now[1] else "release_gpu")
+        elif was[0] != now[0]:
+            moves.add("stage")
+        elif was[2] != now[2]:
+            moves.add("ready")
+        if was[3] != now[3]:
+            moves.add("mark")
+    return "+".join(m for m in MOVES if m in moves) or NO_MOVE
+
+
+class Moves:
+    """Every change of the WorkerStatuses that a watch of them sees (the ``on_event`` of a
+    ``Follow``), by the object's name and the version it was made on, as what it moved
+    (``lane_moves``). Every kuzk write of a WorkerStatus is a compare-and-swap: only one
+    write can succeed on a version, so the audit entry of a write, which carries the version
+    it was made on, names its change."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last: dict[str, Obj] = {}
+        self.changes: dict[tuple[str, str], str] = {}
+
+    def on_event(self, kind: str, ws: Obj, arrival: float) -> None:
+        name = str(ws["metadata"]["name"])
+        with self.lock:
+            before = self.last.pop(name, None)
+            if kind == "DELETED":
+                return
+            if kind == "MODIFIED" and before is not None:
+                made_on = str(before["metadata"]["resourceVersion"])
+                self.changes[(name, made_on)] = lane_moves(before.get("status") or {},
+                                                           ws.get("status") or {})
+            self.last[name] = ws
+
+    def of(self, write: Written) -> str | None:
+        """What ``write``'s change moved; None while no change made on its version was seen."""
+        with self.lock:
+            return self.changes.get((write.name, write.version))
+
+
+def updates(written: Iterable[Written]) -> list[Written]:
+    """The writes that change an existing WorkerStatus (not its create or delete)."""
+    return [w for w in written if w.call.split(" ", 1)[0] in ("update", "patch")]
+
+
+def write_kinds(written: Iterable[Written],
+                moved: Callable[[Written], str | None]) -> Counter[tuple[str, str]]:
+    """The successful WorkerStatus writes by writer and kind: "create" and "delete" as such,
+    an update or patch by what its change moved (``moved``: ``Moves.of``), ``UNSEEN`` when no
+    change made on the version it carried was seen."""
+    out: Counter[tuple[str, str]] = Counter()
+    for write in written:
+        verb = write.call.split(" ", 1)[0]
+        if verb in ("update", "patch"):
+            kind = moved(write) or UNSEEN
+        else:
+            kind = "delete" if verb.startswith("delete") else verb
+        out[(write.who, kind)] += 1
+    return out
 
 
 # --- the control plane's own counters: /metrics and /proc --------------------------------------
@@ -411,7 +538,8 @@ class Cost:
     apiserver_event_bytes: Mapping[str, float]
     # events delivered to the operator by resource (None: no operator ran in the phase)
     operator_events: Mapping[str, float] | None
-    heartbeats: int
+    # the successful WorkerStatus writes by writer and what each moved (``write_kinds``)
+    ws_kinds: Mapping[tuple[str, str], int]
     lane_s: float  # mean life of a lane (join to leave); 0 without lanes
     lag_p50_s: float | None
     lag_p99_s: float | None
@@ -421,12 +549,16 @@ class Cost:
         ``reads|<component>|<call>``, ``cpu_ms|<process>``, ``events|<resource>`` (the
         operator's), ``apiserver_events|<resource>`` (all watchers'),
         ``apiserver_event_bytes|<resource>``, ``etcd_wal_bytes``, ``etcd_puts``,
-        ``heartbeats``; and, not per attempt, ``attempts``, ``lane_s``, ``lag_p50_s`` and
-        ``lag_p99_s`` (when there were lags)."""
+        ``ws_kind|<component>|<kind>`` (WorkerStatus writes by what they moved) and
+        ``not_moves`` (those that moved no lane); and, not per attempt, ``attempts``,
+        ``lane_s``, ``lag_p50_s`` and ``lag_p99_s`` (when there were lags)."""
         n = max(self.attempts, 1)
+        not_moves = sum(c for (_, kind), c in self.ws_kinds.items() if kind in NOT_MOVES)
         out: Figures = {"attempts": float(self.attempts), "lane_s": self.lane_s,
                         "etcd_wal_bytes": self.etcd_wal_bytes / n,
-                        "etcd_puts": self.etcd_puts / n, "heartbeats": self.heartbeats / n}
+                        "etcd_puts": self.etcd_puts / n, "not_moves": not_moves / n}
+        for (who, kind), count in self.ws_kinds.items():
+            out[f"ws_kind|{who}|{kind}"] = count / n
         for (who, call), count in self.calls.calls.items():
             out[f"{'writes' if is_write(call) else 'reads'}|{who}|{call}"] = count / n
         for (who, call), count in self.calls.conflicts.items():
@@ -488,18 +620,6 @@ def system_side(who: str) -> bool:
     return who != BENCH
 
 
-def heartbeats_at(heartbeats: float, partition_s: float, kuzk_interval_s: float | None) -> float:
-    """Heartbeat writes per attempt in a partition of ``partition_s`` seconds when the run
-    measured ``heartbeats`` per attempt: none if it measured none (kuzk writes only when a
-    stage changes) or kuzk has no interval any more, else one per kuzk interval while the lane
-    lives, as the reporter beats (the run's own count is no guide: its lanes are short, and
-    on two cores its heartbeats queue behind the other writes). They grow with the
-    partition's length."""
-    if heartbeats <= 0 or kuzk_interval_s is None:
-        return 0.0
-    return partition_s / kuzk_interval_s
-
-
 def own_writer(system: str) -> Callable[[str], bool]:
     """The writers a system adds to a cluster: kuzk's operator and provers; the Job
     controller."""
@@ -509,25 +629,18 @@ def own_writer(system: str) -> Callable[[str], bool]:
 CONTROLLER_PROCESS = {KUZK: OPERATOR, JOB: "kube-controller-manager"}
 
 
-def projection(figures: Mapping[str, float], system: str, fleet: Fleet, *,
-               kuzk_heartbeat_s: float | None) -> dict[str, float]:
-    """A system's per-attempt counts carried to ``fleet``: arithmetic, no model. Heartbeats
-    are carried to the fleet's partition length and kuzk's interval (they grow with time, not
-    with attempts), as are their events at the operator (one each); the rest is per attempt
-    times the fleet's attempts per second. CPU figures are as measured (each includes the
-    heartbeats of the run). The controller is kuzk's operator, or the Job run's
-    kube-controller-manager (its job controller and the rest)."""
+def projection(figures: Mapping[str, float], system: str, fleet: Fleet) -> dict[str, float]:
+    """A system's per-attempt counts carried to ``fleet``: arithmetic, no model, each count
+    per attempt times the fleet's attempts per second (no write is made for time passing:
+    the run measures the writes that moved no lane, ``not_moves``, and its goal is 0). The
+    controller is kuzk's operator, or the Job run's kube-controller-manager (its job
+    controller and the rest)."""
     rate = fleet.attempts_per_s
-    measured_hb = figures.get("heartbeats", 0.0)
-    fleet_hb = heartbeats_at(measured_hb, fleet.partition_s, kuzk_heartbeat_s)
-    own = total(figures, "writes", who=own_writer(system)) - measured_hb + fleet_hb
-    every = total(figures, "writes", who=system_side) - measured_hb + fleet_hb
+    own = total(figures, "writes", who=own_writer(system))
+    every = total(figures, "writes", who=system_side)
     events = sum(by_prefix(figures, "events").values())
-    return {"attempts_per_s": rate, "heartbeats_per_attempt": fleet_hb,
-            "own_writes_per_s": max(own, 0.0) * rate,
-            "all_writes_per_s": max(every, 0.0) * rate,
-            "controller_events_per_s": max(events - measured_hb + fleet_hb, 0.0) * rate
-            if events else 0.0,
+    return {"attempts_per_s": rate, "own_writes_per_s": own * rate,
+            "all_writes_per_s": every * rate, "controller_events_per_s": events * rate,
             "controller_cores": figures.get(f"cpu_ms|{CONTROLLER_PROCESS[system]}", 0.0)
             * rate / 1000,
             "apiserver_cores": figures.get("cpu_ms|kube-apiserver", 0.0) * rate / 1000,
@@ -824,9 +937,24 @@ def _per_attempt(result: Obj) -> None:
              fj.get(f"409|{who_call}", 0.0))
     if not conflicted:
         print("    none")
-    hb = fk.get("heartbeats", 0.0)
-    _row("heartbeat writes (between stage changes)", hb, fj.get("heartbeats", 0.0),
-         f"0: {_verdict(hb <= GOALS['heartbeats_per_attempt'])}")
+    print("  WorkerStatus writes that succeeded, by writer and what each moved (a watch's "
+          "change, told by the audit entry's resourceVersion)")
+    kinds = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
+                    if key.startswith("ws_kind|")},
+                   key=lambda k: (k.split("|")[0], _kind_order(k.split("|")[1])))
+    for who_kind in kinds:
+        who, kind = who_kind.split("|")
+        _row(f"  {who:<20} {kind}", fk.get(f"ws_kind|{who_kind}", 0.0),
+             fj.get(f"ws_kind|{who_kind}", 0.0))
+    if not kinds:
+        print("    none")
+    not_moves = fk.get("not_moves", 0.0)
+    _row("writes that moved no lane (heartbeats)", not_moves,
+         fj.get("not_moves", 0.0),
+         f"0: {_verdict(not_moves <= GOALS['not_moves_per_attempt'])}")
+    if result["ws_watch_relists"]:
+        print(f"    the WorkerStatus watch listed again {result['ws_watch_relists']} times: a "
+              f"change it missed counts as {UNSEEN!r}")
     _row("a lane's life, join to leave (s; not per attempt)", fk.get("lane_s"), None)
     sources = result["event_sources"]
     print("  watch events delivered to the operator, by resource (source)")
@@ -854,6 +982,12 @@ def _per_attempt(result: Obj) -> None:
     _row("status lag p99 (s; not per attempt)", lag_k, lag_j,
          f"<= the Job controller's: "
          f"{_verdict(None if lag_k is None or lag_j is None else lag_k <= lag_j)}")
+
+
+def _kind_order(kind: str) -> int:
+    """A write kind's place in a table: a lane's moves in order, then the rest."""
+    first = kind.split("+")[0]
+    return MOVES.index(first) if first in MOVES else len(MOVES)
 
 
 def _comparisons(result: Obj) -> None:
@@ -903,15 +1037,13 @@ def _projection(result: Obj) -> None:
     fk = result["per_attempt"][KUZK]
     print(f"\nprojection to {fleet.gpus:,} GPUs x {fleet.lanes} lanes, {fleet.partition_s:g} s "
           f"partitions: {fleet.attempts_per_s:.0f} partition attempts/s (per-attempt counts "
-          f"above x attempts/s; heartbeats carried to {fleet.partition_s:g} s partitions "
-          f"and kuzk's interval, {_fmt(KUZK_HEARTBEAT_S, 'g')} s)")
+          f"above x attempts/s)")
     print(f"  {'':<52} {'kuzk':>10} {'job':>10}  goal (issue 28)")
     writes, goal_w = pk["own_writes_per_s"], GOALS["fleet_writes_per_s"]
     _row("writes/s by kuzk (operator, provers) / job controller", writes,
          pj["own_writes_per_s"], f"<= {goal_w:,.0f}: {_verdict(writes <= goal_w)}", ".0f")
     _row("writes/s by every component (kubelets, scheduler too)", pk["all_writes_per_s"],
          pj["all_writes_per_s"], spec=".0f")
-    _row("  of them heartbeats, per attempt", pk["heartbeats_per_attempt"], None)
     _row("watch events/s delivered to the operator", pk["controller_events_per_s"], None,
          spec=".0f")
     cores, goal_c = pk["controller_cores"], GOALS["fleet_operator_cores"]
@@ -932,10 +1064,9 @@ def _projection(result: Obj) -> None:
           f"{_fmt(_ratio(size, sent), '.0f')} bytes a workerstatuses event, "
           f"{_fmt(_ratio(fk.get('etcd_wal_bytes'), fk.get('etcd_puts')), '.0f')} etcd bytes "
           f"a put), and its 409s; with one object per GPU, neither")
-    print(f"  - with partition length: heartbeat writes and their events (here "
-          f"{fk.get('heartbeats', 0.0):.2f} per attempt in lanes of "
-          f"{_fmt(fk.get('lane_s'), '.1f')} s beating every {result['heartbeat_s']:g} s; "
-          f"{pk['heartbeats_per_attempt']:.2f} at {fleet.partition_s:g} s)")
+    print(f"  - with partition length: no count per attempt (here lanes lived "
+          f"{_fmt(fk.get('lane_s'), '.1f')} s, and {fk.get('not_moves', 0.0):.2f} writes per "
+          f"attempt moved no lane); longer partitions only make fewer attempts a second")
 
 
 def _standin_summary(before: Obj, after: Obj) -> Obj:
@@ -954,7 +1085,7 @@ def _standin_summary(before: Obj, after: Obj) -> Obj:
     lanes = latency.get("lane", [])
     line = (f"{counts.get('pods', 0)} pods with lanes, {counts.get('bare', 0)} bare pods, "
             f"{counts.get('claim', 0)} joins, {counts.get('stage', 0)} stage writes, "
-            f"{counts.get('acquire', 0)} acquires, {counts.get('heartbeat', 0)} heartbeats, "
+            f"{counts.get('acquire', 0)} acquires, "
             f"{counts.get('release', 0)} leaves; {puts} PUTs, "
             f"{counts.get('put_409', 0) / puts if puts else 0:.1%} answered 409; "
             f"p50/p99 join {p50_p99('claim')}, acquire {p50_p99('acquire')}, leave "
@@ -976,10 +1107,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=200, help="jobs per system (default 200)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0), metavar=("MIN", "MAX"),
                         help="seconds a stand-in partition works (default 0.5 2.0)")
-    parser.add_argument("--heartbeat", type=float, default=KUZK_HEARTBEAT_S or 10.0,
-                        help="seconds between the stand-in's heartbeats while kuzk has them "
-                             "(default: kuzk's own interval, "
-                             f"{KUZK_HEARTBEAT_S or 10.0:g})")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds each phase may take (default 1800)")
     parser.add_argument("--job-first", action="store_true",
@@ -1017,9 +1144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds) < 1
-            or not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0):
+            or not 0 < args.work[0] <= args.work[1]):
         parser.error("--nodes, --gpus, --lanes, --jobs and --rounds must be at least 1; "
-                     "--work needs 0 < MIN <= MAX; --heartbeat must be positive")
+                     "--work needs 0 < MIN <= MAX")
     signal.signal(signal.SIGTERM, _sigterm)
     started = time.monotonic()
     names = [f"fleet-{i:03d}" for i in range(args.jobs)]
@@ -1033,8 +1160,8 @@ def main(argv: list[str] | None = None) -> int:
           f"kuzk from {Path(kuzk.__file__).parent}; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs", flush=True)
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod: a "
-          f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, heartbeats "
-          f"every {args.heartbeat:g} s while kuzk has them, leave; at most 8 of its "
+          f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, leave: "
+          f"writes only when its lane moves; at most 8 of its "
           f"WorkerStatus writes in flight), a Job's with work only; each partition works "
           f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
 
@@ -1082,7 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
 
         standin = stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_standin.py"), "--kubeconfig",
-             str(prover_kc), "--heartbeat", str(args.heartbeat), "--work",
+             str(prover_kc), "--work",
              *map(str, args.work), "--bare-namespace", JOB_NS],
             cluster.env(), logs / "standin.log", stdout=subprocess.PIPE))
         assert standin.stdout is not None
@@ -1140,6 +1267,13 @@ def main(argv: list[str] | None = None) -> int:
         # The WorkerStatuses the stand-in writes are the operator's to create.
         operator: subprocess.Popen[bytes] | None
         operator, operator_log = start_operator()
+        # What each WorkerStatus write moved, seen by a watch of them all run long.
+        moves = Moves()
+        ws_follow = Follow("workerstatuses", partial(custom.list_cluster_custom_object,
+                                                     api.GROUP, api.VERSION, WORKERSTATUS),
+                           moves.on_event)
+        start_all([ws_follow])
+        stack.callback(ws_follow.close)
         print(f"control plane, {args.nodes} nodes, stand-in and operator up in "
               f"{time.monotonic() - started:.0f}s", flush=True)
 
@@ -1199,6 +1333,14 @@ def main(argv: list[str] | None = None) -> int:
             calls = Calls.read(plane.audit_log, audit_start, plane.audit_log.stat().st_size,
                                users, admin)
             not_ready += check_nodes(cluster, nodes, what)
+            # The watch sees a write's change a moment after the audit log has it; a write
+            # that changed nothing never shows (nor does one a relist missed): UNSEEN.
+            shown = partial(lambda ws: all(moves.of(w) for w in ws), updates(calls.written))
+            with contextlib.suppress(TimeoutError):
+                wait_for(shown, 10, "the WorkerStatus watch to show the phase's writes", 0.1)
+            if ws_follow.error is not None:
+                msg = f"the WorkerStatus watch failed: {ws_follow.error}"
+                raise RuntimeError(msg)
             load[f"{system}_after"] = os.getloadavg()[0]
             last[system] = phase
             seconds[system].append(phase.t_end - phase.t0)
@@ -1233,7 +1375,7 @@ def main(argv: list[str] | None = None) -> int:
                 apiserver_event_bytes=delta(before.apiserver, after.apiserver,
                                             "apiserver_watch_events_sizes_sum"),
                 operator_events=events,
-                heartbeats=int(standin_stats[system]["counts"].get("heartbeat", 0)),
+                ws_kinds=write_kinds(calls.written, moves.of),
                 lane_s=float(standin_stats[system]["lane_s"]),
                 lag_p50_s=summary["lag_p50_s"], lag_p99_s=summary["lag_p99_s"]).figures())
             print(f"{what} done in {phase.t_end - phase.t0:.1f}s; deleting them", flush=True)
@@ -1249,7 +1391,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "kuzk_module": str(Path(kuzk.__file__).parent),
             "nodes": args.nodes, "gpus": args.gpus, "lanes": args.lanes, "jobs": args.jobs,
-            "work_s": list(args.work), "heartbeat_s": args.heartbeat,
+            "work_s": list(args.work),
             "load_average": load, "nodes_not_ready": not_ready,
             "kuzk": last[KUZK].summary(), "job": last[JOB].summary(),
             "operator": {
@@ -1266,11 +1408,10 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": seconds, "round_ratios": ratios,
             "per_attempt": per_attempt, "per_attempt_rounds": rounds,
             "event_sources": event_sources, "gave_up": gave_up,
+            "ws_watch_relists": ws_follow.relists,
             "fleet": {"gpus": FLEET.gpus, "lanes": FLEET.lanes,
                       "partition_s": FLEET.partition_s},
-            "projection": {s: projection(per_attempt[s], s, FLEET,
-                                         kuzk_heartbeat_s=KUZK_HEARTBEAT_S)
-                           for s in (KUZK, JOB)},
+            "projection": {s: projection(per_attempt[s], s, FLEET) for s in (KUZK, JOB)},
             "standin": standin_stats[KUZK],
             "standin_job": standin_stats[JOB],
             "stale_writes_refused": stale,

@@ -5,8 +5,8 @@ prover process per pod (interpreter, kubernetes client, TLS) would spend the two
 benchmark has on start-up, not on what it measures. So each pod's command is a few lines of
 bash (``POD_SCRIPT``) that hands the pod's identity to this server over a loopback TCP socket
 and waits for the exit code, and this server plays the prover for it: through kuzk's own
-``ProverReporter`` (kuzk_prover.reporter: join, stage writes, the GPU phase, heartbeats, leave,
-every write a resourceVersion-checked replace of the node's WorkerStatus) it joins the pod's
+``ProverReporter`` (kuzk_prover.reporter: join, stage writes, the GPU phase, leave, every
+write a resourceVersion-checked replace of the node's WorkerStatus) it joins the pod's
 GPU's lanes, reports synthesizing → synth_done, holds the GPU phase for the rest, works
 0.5-2 s in all (no real proof: a wait, its length a hash of job name and partition, so both
 systems of a benchmark get the same work), leaves its lane and writes a result to the pod's
@@ -18,10 +18,10 @@ as the batch controller runs it reports to no WorkerStatus, so what the control 
 on it is the baseline that kuzk's pods, with their lanes, are measured against.
 
 Every call into kuzk's lane protocol is made by ``Server.lane`` (join, stages, the GPU phase,
-leave) through ``Reporter``, kuzk's ``ProverReporter``, and the heartbeat it keeps while a lane
-lives: a change of that protocol's signatures is met there and nowhere else.
+leave) through ``Reporter``, kuzk's ``ProverReporter``, which writes only when the lane moves:
+a change of that protocol's signatures is met there and nowhere else.
 
-    python bench/fleet_standin.py --kubeconfig K [--heartbeat 1] [--work 0.5 2.0] [--in-flight 8]
+    python bench/fleet_standin.py --kubeconfig K [--work 0.5 2.0] [--in-flight 8]
         [--bare-namespace NS]
 
 It prints ``PORT <n>`` when it listens; a connection that sends ``STATS`` gets its counters
@@ -121,8 +121,8 @@ class CountingClient(client.ApiClient):
 
 
 class Reporter(ProverReporter):
-    """kuzk's ProverReporter, counting its stage and heartbeat writes and timing claim and
-    release (what a write gave up on, WorkerWriteConflict, is counted too)."""
+    """kuzk's ProverReporter, counting its stage writes and timing claim and release (what
+    a write gave up on, WorkerWriteConflict, is counted too)."""
 
     stats: Stats
 
@@ -212,10 +212,10 @@ class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, api: CountingClient, heartbeat: float, work: tuple[float, float],
+    def __init__(self, api: CountingClient, work: tuple[float, float],
                  bare: frozenset[str] = frozenset()) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
-        self.api, self.heartbeat, self.work, self.bare = api, heartbeat, work, bare
+        self.api, self.work, self.bare = api, work, bare
         self.stats = api.stats
 
     def prove(self, fields: list[str], conn: socket.socket) -> int:
@@ -295,8 +295,6 @@ def stats_of(port: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True, help="the provers' credentials")
-    parser.add_argument("--heartbeat", type=float, default=1.0,
-                        help="seconds between heartbeats (default 1)")
     parser.add_argument("--in-flight", type=int, default=8,
                         help="WorkerStatus writes in flight at most (default 8)")
     parser.add_argument("--work", type=float, nargs=2, default=(0.5, 2.0),
@@ -304,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bare-namespace", action="append", default=[], metavar="NS",
                         help="pods of this namespace only work, with no lane (repeatable)")
     args = parser.parse_args(argv)
-    if not 0 < args.work[0] <= args.work[1] or args.heartbeat <= 0 or args.in_flight < 1:
-        parser.error("--work needs 0 < MIN <= MAX, --heartbeat and --in-flight positive")
+    if not 0 < args.work[0] <= args.work[1] or args.in_flight < 1:
+        parser.error("--work needs 0 < MIN <= MAX, --in-flight positive")
     configuration = client.Configuration()
     config.load_kube_config(args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = 64
@@ -314,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     api.in_flight = threading.BoundedSemaphore(args.in_flight)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kuzk_prover.reporter").addHandler(ReleaseGaveUp(api.stats))
-    with Server(api, args.heartbeat, tuple(args.work), frozenset(args.bare_namespace)) as server:
+    with Server(api, tuple(args.work), frozenset(args.bare_namespace)) as server:
         print(f"PORT {server.server_address[1]}", flush=True)
         server.serve_forever()
     return 0

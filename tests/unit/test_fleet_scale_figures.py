@@ -1,6 +1,6 @@
-"""bench/fleet_scale.py's arithmetic, without a cluster: whose each audited request is, the
-figures per partition attempt, the medians of rounds, where the operator's watch events are
-counted, and the projection to a fleet."""
+"""bench/fleet_scale.py's arithmetic, without a cluster: whose each audited request is, what
+each WorkerStatus write moved, the figures per partition attempt, the medians of rounds, where
+the operator's watch events are counted, and the projection to a fleet."""
 
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ ADMIN = "kuzk-admin"
 
 
 def event(verb: str, resource: str, user: str, *, code: int = 200, agent: str = "",
-          subresource: str | None = None, stage: str = "ResponseComplete") -> dict[str, Any]:
-    ref = {"resource": resource} | ({"subresource": subresource} if subresource else {})
+          subresource: str | None = None, stage: str = "ResponseComplete",
+          name: str = "node-a", version: str = "") -> dict[str, Any]:
+    ref = ({"resource": resource, "name": name}
+           | ({"subresource": subresource} if subresource else {})
+           | ({"resourceVersion": version} if version else {}))
     return {"verb": verb, "stage": stage, "user": {"username": user}, "userAgent": agent,
             "objectRef": ref, "responseStatus": {"code": code}}
 
@@ -63,6 +66,8 @@ def test_calls_count_writes_and_their_conflicts_by_component_and_call() -> None:
                                    (fs.OPERATOR, "watch pods"): 1})
     assert calls.conflicts == Counter({(fs.PROVERS, "update workerstatuses/status"): 1,
                                        (fs.OPERATOR, "create pods"): 1})
+    # the successful WorkerStatus write, with the version it was made on
+    assert calls.written == [fs.Written(fs.PROVERS, "update workerstatuses/status", "node-a", "")]
     mine = fs.Calls()
     mine.add(calls, fs.OPERATOR)
     assert mine.of(fs.OPERATOR) == Counter({"create pods": 1, "watch pods": 1})
@@ -90,7 +95,10 @@ def cost(**overrides: Any) -> fs.Cost:
         "apiserver_events": {"workerstatuses": 20.0},
         "apiserver_event_bytes": {"workerstatuses": 40000.0},
         "operator_events": {"pods": 6.0, "workerstatuses": 10.0},
-        "heartbeats": 2, "lane_s": 3.0,
+        "ws_kinds": Counter({(fs.PROVERS, "join"): 2, (fs.PROVERS, "stage"): 4,
+                             (fs.OPERATOR, "leave+mark"): 1, (fs.PROVERS, fs.NO_MOVE): 1,
+                             (fs.PROVERS, fs.UNSEEN): 1}),
+        "lane_s": 3.0,
         "lag_p50_s": 0.2, "lag_p99_s": 0.9}
     return fs.Cost(**(values | overrides))
 
@@ -104,7 +112,9 @@ def test_figures_are_per_attempt_and_split_writes_from_reads() -> None:
     assert figures["cpu_ms|operator"] == pytest.approx(5.0)
     assert figures["events|workerstatuses"] == 5.0
     assert figures["etcd_wal_bytes"] == 2000.0
-    assert figures["heartbeats"] == 1.0
+    assert figures["ws_kind|provers|stage"] == 2.0
+    assert figures["ws_kind|operator|leave+mark"] == 0.5
+    assert figures["not_moves"] == 1.0  # one moved no lane, one changed nothing seen
     # not per attempt
     assert (figures["attempts"], figures["lane_s"], figures["lag_p99_s"]) == (2.0, 3.0, 0.9)
     assert fs.total(figures, "writes", call=fs.on_workerstatus) == 5.0
@@ -158,12 +168,76 @@ def test_metrics_are_read_by_resource_and_their_growth_taken() -> None:
     assert fs.delta(before, after, "absent_total") == Counter()
 
 
-def test_heartbeats_grow_with_the_partition_and_shrink_with_the_interval() -> None:
-    # a lane of 60 s beating every 10 s: 6 per attempt, whatever the short run managed
-    assert fs.heartbeats_at(0.4, 60.0, 10.0) == pytest.approx(6.0)
-    assert fs.heartbeats_at(0.4, 120.0, 10.0) == pytest.approx(12.0)
-    assert fs.heartbeats_at(0.0, 60.0, 10.0) == 0.0  # the run wrote none: kuzk writes none
-    assert fs.heartbeats_at(2.0, 60.0, None) == 0.0  # kuzk has no interval any more
+def lane(uid: str, stage: str, *, mark: str | None = None,
+         ready: str | None = None) -> dict[str, Any]:
+    return ({"pod": {"name": f"pod-{uid}", "uid": uid},
+             "job": {"namespace": "ns", "name": "j", "uid": "j1", "proofKind": "porep-c2"},
+             "partition": 0, "attempt": 1, "priority": 1, "stage": stage,
+             "since": "2026-12-05T13:00:00Z"} | ({"notLiveSince": mark} if mark else {})
+            | ({"readyAt": ready} if ready else {}))
+
+
+def status(*lanes: dict[str, Any], holder: str | None = None, host_bytes: int = 0,
+           stale: int = 0) -> dict[str, Any]:
+    worker: dict[str, Any] = {"id": "gpu-0", "gpu": {"uuid": "GPU-0"}, "lanes": [
+        {**ln, "memory": {"hostBytes": host_bytes}} for ln in lanes]}
+    if holder:
+        worker["holder"] = {"pod": {"name": f"pod-{holder}", "uid": holder},
+                            "since": "2026-12-05T13:00:01Z"}
+    return {"workers": [worker], "staleWritesRejected": stale}
+
+
+def test_each_write_is_told_by_what_it_moved() -> None:
+    empty = status()
+    one = status(lane("a", "synthesizing"))
+    done = status(lane("a", "synth_done"))
+    held = status(lane("a", "gpu"), holder="a")
+    given = status(lane("a", "committing"))
+    assert fs.lane_moves(empty, one) == "join"
+    assert fs.lane_moves(one, done) == "stage"
+    assert fs.lane_moves(done, held) == "acquire"
+    assert fs.lane_moves(held, given) == "release_gpu"
+    assert fs.lane_moves(given, empty) == "leave"
+    assert fs.lane_moves(held, empty) == "leave"  # a holder's lane removed
+    marked = status(lane("a", "synthesizing", mark="2026-12-05T13:00:05Z"),
+                    lane("b", "synthesizing"))
+    two = status(lane("a", "synthesizing"), lane("b", "synthesizing"))
+    assert fs.lane_moves(two, marked) == "mark"
+    assert fs.lane_moves(marked, status(lane("b", "synthesizing"))) == "leave"
+    swept = status(lane("b", "synthesizing", mark="2026-12-05T13:00:06Z"))
+    assert fs.lane_moves(marked, swept) == "leave+mark"
+    # a lane that waits for the GPU phase another holds joins the GPU's queue
+    other = status(lane("b", "gpu"), lane("a", "synth_done"), holder="b")
+    waits = status(lane("b", "gpu"), lane("a", "synth_done", ready="2026-12-05T13:00:07Z"),
+                   holder="b")
+    assert fs.lane_moves(other, waits) == "ready"
+    assert fs.lane_moves(one, status(lane("a", "synthesizing"), stale=1)) == "refused"
+    # a write of the lane's memory alone, as a heartbeat carrying it would be: no move
+    assert fs.lane_moves(one, status(lane("a", "synthesizing"), host_bytes=1 << 30)) == fs.NO_MOVE
+
+
+def ws(rv: str, st: dict[str, Any], name: str = "node-a") -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv}, "status": st}
+
+
+def test_a_write_is_matched_to_the_change_made_on_the_version_it_carried() -> None:
+    moves = fs.Moves()
+    moves.on_event("ADDED", ws("10", status()), 0.0)
+    moves.on_event("MODIFIED", ws("12", status(lane("a", "synthesizing"))), 0.0)
+    moves.on_event("MODIFIED", ws("15", status(lane("a", "synthesizing"), host_bytes=9)), 0.0)
+    # a relist delivers ADDED: no change is taken from across the gap
+    moves.on_event("ADDED", ws("20", status()), 0.0)
+    moves.on_event("ADDED", ws("21", status(), name="node-b"), 0.0)
+    moves.on_event("DELETED", ws("22", status(), name="node-b"), 0.0)
+    call = "update workerstatuses/status"
+    written = [fs.Written(fs.PROVERS, call, "node-a", "10"),
+               fs.Written(fs.PROVERS, call, "node-a", "12"),
+               fs.Written(fs.PROVERS, call, "node-a", "15"),  # its change was never seen
+               fs.Written(fs.OPERATOR, "create workerstatuses", "node-c", "")]
+    assert fs.updates(written) == written[:3]
+    assert fs.write_kinds(written, moves.of) == Counter({
+        (fs.PROVERS, "join"): 1, (fs.PROVERS, fs.NO_MOVE): 1, (fs.PROVERS, fs.UNSEEN): 1,
+        (fs.OPERATOR, "create"): 1})
 
 
 def test_the_fleet_makes_a_third_of_a_thousand_attempts_a_second() -> None:
@@ -172,16 +246,14 @@ def test_the_fleet_makes_a_third_of_a_thousand_attempts_a_second() -> None:
 
 def test_the_projection_is_per_attempt_counts_times_the_fleet_rate() -> None:
     fleet = fs.Fleet(gpus=600, lanes=1, partition_s=60.0)  # 10 attempts/s
-    figures = cost().figures()  # 1 heartbeat per attempt
-    out = fs.projection(figures, fs.KUZK, fleet, kuzk_heartbeat_s=10.0)
+    figures = cost().figures()
+    out = fs.projection(figures, fs.KUZK, fleet)
     assert out["attempts_per_s"] == pytest.approx(10.0)
-    fleet_hb = 60 / 10.0  # one per kuzk interval in a 60 s partition
-    assert out["heartbeats_per_attempt"] == pytest.approx(fleet_hb)
-    # kuzk's own: operator 2 + provers 5 per attempt, the measured heartbeat replaced
-    assert out["own_writes_per_s"] == pytest.approx((7.0 - 1.0 + fleet_hb) * 10)
-    assert out["all_writes_per_s"] == pytest.approx((10.0 - 1.0 + fleet_hb) * 10)
-    # events: pods 3 + workerstatuses 5 per attempt, one per heartbeat carried too
-    assert out["controller_events_per_s"] == pytest.approx((8.0 - 1.0 + fleet_hb) * 10)
+    # kuzk's own: operator 2 + provers 5 per attempt
+    assert out["own_writes_per_s"] == pytest.approx(7.0 * 10)
+    assert out["all_writes_per_s"] == pytest.approx(10.0 * 10)
+    # events: pods 3 + workerstatuses 5 per attempt
+    assert out["controller_events_per_s"] == pytest.approx(8.0 * 10)
     assert out["controller_cores"] == pytest.approx(5.0 * 10 / 1000)
     assert out["apiserver_cores"] == pytest.approx(50.0 * 10 / 1000)
     assert out["etcd_wal_mb_per_s"] == pytest.approx(2000.0 * 10 / 1e6)
@@ -192,8 +264,7 @@ def test_the_job_runs_projection_counts_the_job_controller_as_its_own() -> None:
                "writes|kcm/job-controller|update jobs/status": 0.5,
                "writes|kubelet|patch pods/status": 3.0, "writes|bench|create jobs": 0.1,
                "cpu_ms|kube-controller-manager": 4.0, "cpu_ms|kube-apiserver": 20.0}
-    out = fs.projection(figures, fs.JOB, fs.Fleet(gpus=60, lanes=1, partition_s=60.0),
-                        kuzk_heartbeat_s=10.0)
+    out = fs.projection(figures, fs.JOB, fs.Fleet(gpus=60, lanes=1, partition_s=60.0))
     assert out["own_writes_per_s"] == pytest.approx(1.5)
     assert out["all_writes_per_s"] == pytest.approx(4.5)
     assert out["controller_events_per_s"] == 0.0

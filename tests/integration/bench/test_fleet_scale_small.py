@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 # 6 jobs, the kinds in turn: winning-post, snap-update, window-post, porep-c2, winning-post,
 # snap-update.
@@ -66,6 +68,19 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     # the operator's watch events, counted on its Kopf streams
     assert per_kuzk["events|pods"] > 0 and per_kuzk["events|workerstatuses"] > 0
     assert per_kuzk["cpu_ms|operator"] > 0 and "cpu_ms|operator" not in per_job
+    # every WorkerStatus write that succeeded is told by what it moved, seen on a watch: each
+    # lane's join, stages, acquire, release of the GPU phase and leave; none moved no lane
+    kinds = {k.split("|", 1)[1]: v for k, v in per_kuzk.items() if k.startswith("ws_kind|")}
+    for move in ("join", "stage", "acquire", "release_gpu", "leave"):
+        assert kinds.get(f"provers|{move}", 0) > 0, kinds
+    assert per_kuzk["not_moves"] == 0, kinds
+    ws_writes = sum(v for k, v in per_kuzk.items()
+                    if k.startswith("writes|") and " workerstatuses" in k)
+    ws_409 = sum(v for k, v in per_kuzk.items()
+                 if k.startswith("409|") and " workerstatuses" in k)
+    assert sum(kinds.values()) == pytest.approx(ws_writes - ws_409)
+    assert not any(k.startswith("ws_kind|") for k in per_job) and per_job["not_moves"] == 0
+    assert "writes that moved no lane (heartbeats)" in proc.stdout
     projection = result["projection"]["kuzk"]
     assert projection["attempts_per_s"] > 300 and projection["own_writes_per_s"] > 0
     assert "projection to 10,000 GPUs x 2 lanes" in proc.stdout
