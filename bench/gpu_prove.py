@@ -84,7 +84,7 @@ def measured(spans: list[dict[str, float]], lock: Path | None = None) -> Iterato
 
 def run(size: int, xp: ModuleType, spans: list[dict[str, float]], index: int = 3) -> Result:
     return prove(partition(size, index), on_stage=lambda _s: None, xp=xp,
-                 gpu_phase=lambda: measured(spans))
+                 gpu_phase=lambda _bytes: measured(spans))
 
 
 def correctness(sizes: list[int]) -> int:
@@ -128,7 +128,7 @@ def lane(index: int, size: int, until: float, lock: Path) -> int:
     count = 0
     while time.time() < until:
         prove(partition(size, index * 1000 + count), on_stage=lambda _s: None, xp=cupy,
-              gpu_phase=lambda: measured(spans, lock))
+              gpu_phase=lambda _bytes: measured(spans, lock))
         print(json.dumps(spans[-1]), flush=True)
         count += 1
     return 0

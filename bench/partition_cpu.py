@@ -32,7 +32,7 @@ TOLERANCE = 0.10
 
 
 @contextlib.contextmanager
-def timed(held: list[float]) -> Iterator[None]:
+def timed(held: list[float], _device_bytes: int) -> Iterator[None]:
     """A gpu_phase that appends how long it was held, in ms."""
     started = time.perf_counter()
     yield

@@ -323,7 +323,8 @@ def _workerstatus_status() -> dict[str, Any]:
             ),
             "deviceMemoryBytes": integer(
                 "Device memory the lane's prover held when it last wrote (CuPy's memory pool);"
-                " 0 without a device.",
+                " the holder's acquire adds what its GPU phase allocates right after; 0"
+                " without a device.",
                 minimum=0,
             ),
         },

@@ -31,6 +31,7 @@ import contextlib
 import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -50,8 +51,19 @@ COLUMNS = 3
 """a, b, c: one stream each."""
 QUOTIENT_TABLES = ("inv", "fwd", "shift_rev", "unshift")
 
-HeldRun = Callable[[], tuple[Any, Any, Any, Any]]
-"""A prepared quotient: called inside the GPU phase, returns (h, a, b, c) on the host."""
+
+
+@dataclass(frozen=True)
+class HeldRun:
+    """A prepared quotient: ``run()``, called inside the GPU phase, returns (h, a, b, c) on
+    the host; ``device_bytes`` is the device memory the phase allocates for it (0 for array
+    code on the host), known before the phase so the write that takes it can say so."""
+
+    run: Callable[[], tuple[Any, Any, Any, Any]]
+    device_bytes: int
+
+    def __call__(self) -> tuple[Any, Any, Any, Any]:
+        return self.run()
 
 
 def _mont32(value: int) -> np.uint32:
@@ -85,6 +97,13 @@ def _table_words(log_n: int, name: str) -> int:
     """Device words a table takes with the two small tables it is made from."""
     low, high = _exponent_split(log_n)
     return _table_spec(log_n, name)[2] + (1 << low) + (1 << high)
+
+
+def _quotient_words(log_n: int) -> int:
+    """Device words a quotient's phase allocates: its tables, a, b and c, their evaluations on
+    the coset, h, and h in natural order."""
+    tables = sum(_table_words(log_n, name) for name in QUOTIENT_TABLES)
+    return tables + (2 * COLUMNS + 2) * (1 << log_n)
 
 
 class _Arena:
@@ -399,7 +418,7 @@ class DevicePipeline:
             h, ca, cb, cc = outputs
             return h, ca, cb, cc
 
-        return run
+        return HeldRun(run, 4 * _quotient_words(log_n))
 
     def _quotient_size(self, a: Any) -> int:
         log_n = log2_size(a.shape[0])
@@ -419,8 +438,7 @@ class DevicePipeline:
         ``load(lane, words)`` returns column ``lane`` as device words, put into ``words``
         (an n-word slice of the phase's arena) or elsewhere."""
         n = 1 << log_n
-        table_words = sum(_table_words(log_n, name) for name in QUOTIENT_TABLES)
-        arena = _Arena(self.xp, table_words + (2 * COLUMNS + 2) * n)
+        arena = _Arena(self.xp, _quotient_words(log_n))
         with self.streams.on(0):
             for name in QUOTIENT_TABLES:
                 self.table(log_n, name, arena)

@@ -234,7 +234,7 @@ class ArrayTransforms:
     def prepare(self, a: Any, b: Any, c: Any, vanishing: int) -> HeldRun:
         """The tables built now, before the GPU phase; the returned run is the transforms."""
         prepared = ArrayTransforms(self.xp, host_tables(log2_size(a.shape[0])))
-        return functools.partial(prepared.quotient, a, b, c, vanishing)
+        return HeldRun(functools.partial(prepared.quotient, a, b, c, vanishing), 0)
 
 
 def transforms(xp: ModuleType) -> Transforms:

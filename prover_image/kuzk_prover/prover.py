@@ -2,8 +2,9 @@
 
 Stages use the engine's vocabulary (``synthesizing`` → ``synth_done`` → ``gpu``, then
 ``committing``) and are reported through ``on_stage(stage)``; by default they are only
-logged. The GPU work runs inside ``gpu_phase()``, the seam where a lane takes its GPU's phase
-and gives it up (``kuzk_prover.reporter.ProverReporter.gpu_phase``). The phase holds device
+logged. The GPU work runs inside ``gpu_phase(device_bytes)``, the seam where a lane takes its
+GPU's phase, saying how much device memory the phase will allocate, and gives it up
+(``kuzk_prover.reporter.ProverReporter.gpu_phase``). The phase holds device
 work only: whatever the host can do without the GPU (the witness as uint32 words in pinned
 memory, the transforms' host tables on NumPy) is prepared before the lane asks for it; inside
 are the uploads, the kernels and the download of what the commitment reads, and the device's
@@ -32,7 +33,8 @@ from kuzk_prover.inputs import ProofInput
 log = logging.getLogger(__name__)
 
 OnStage = Callable[[str], None]
-GpuPhase = Callable[[], AbstractContextManager[object]]
+GpuPhase = Callable[[int], AbstractContextManager[object]]
+"""Called with the device memory the phase will allocate; the block it returns is the phase."""
 
 
 def log_stage(stage: str) -> None:
@@ -90,7 +92,7 @@ def prove(
     gpu_phase: GpuPhase | None = None,
 ) -> Result:
     """Prove one partition on ``xp`` (default: the backend chosen for this process); the GPU
-    work runs inside ``gpu_phase()`` (default: nothing to take)."""
+    work runs inside ``gpu_phase(device_bytes)`` (default: nothing to take)."""
     report = log_stage if on_stage is None else on_stage
     phase = contextlib.nullcontext if gpu_phase is None else gpu_phase
     backend = select_backend() if xp is None else backend_for(xp)
@@ -108,7 +110,7 @@ def prove(
     synth_ms = (time.perf_counter() - started) * 1e3
     enter("synth_done")
 
-    with phase():
+    with phase(held.device_bytes):
         enter("gpu")
         started = time.perf_counter()
         q = held()

@@ -17,7 +17,7 @@ pinned memory), and the run it returns is the phase itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from kuzk_prover import field
+from kuzk_prover.cuda import HeldRun
 from kuzk_prover.domain import log2_size
 from kuzk_prover.field import GENERATOR, U64, P
 from kuzk_prover.ntt import transforms
@@ -76,20 +77,31 @@ def quotient(a: Any, b: Any, c: Any, *, xp: ModuleType | None = None) -> Quotien
     return Quotient(h=h, a=ca, b=cb, c=cc, bit_reversed=chosen.coefficients_bit_reversed)
 
 
-def prepare(a: Any, b: Any, c: Any, *, xp: ModuleType) -> Callable[[], Quotient]:
+@dataclass(frozen=True)
+class Held:
+    """A quotient prepared for the GPU phase: calling it is the phase (device work only),
+    which allocates ``device_bytes`` of device memory and gives the coefficients back on the
+    host."""
+
+    run: HeldRun
+    bit_reversed: bool
+
+    @property
+    def device_bytes(self) -> int:
+        return self.run.device_bytes
+
+    def __call__(self) -> Quotient:
+        h, ca, cb, cc = self.run()
+        return Quotient(h=h, a=ca, b=cb, c=cc, bit_reversed=self.bit_reversed)
+
+
+def prepare(a: Any, b: Any, c: Any, *, xp: ModuleType) -> Held:
     """The host work of the quotient of the host columns ``a, b, c`` on ``xp``, done now,
-    before the GPU phase; the returned run is the phase (device work only) and gives the
-    coefficients back on the host."""
+    before the GPU phase."""
     log_n = _size(a, b, c)
     chosen = transforms(xp)
-    run = chosen.prepare(a, b, c, vanishing_on_coset(log_n))
-    bit_reversed = chosen.coefficients_bit_reversed
-
-    def held() -> Quotient:
-        h, ca, cb, cc = run()
-        return Quotient(h=h, a=ca, b=cb, c=cc, bit_reversed=bit_reversed)
-
-    return held
+    return Held(chosen.prepare(a, b, c, vanishing_on_coset(log_n)),
+                chosen.coefficients_bit_reversed)
 
 
 def _bit_reverse(value: int, bits: int) -> int:

@@ -5,8 +5,9 @@ to say, ``kuzk_prover.alive``), holds the GPU phase only around the GPU work
 (``gpu_phase``: acquire, waiting on a watch while another lane holds it, then release_gpu),
 leaves when the prover ends, and tries every write again through API outages; a write that
 still fails never fails the proof. Every lane write carries what the prover holds when it is
-made (``measure``: its resident host memory, and the device memory its CuPy pool holds), so
-the screen shows memory without a write of its own."""
+made (``measure``: its resident host memory, and the device memory its CuPy pool holds; the
+acquire adds what the phase allocates right after it), so the screen shows memory without a
+write of its own."""
 
 from __future__ import annotations
 
@@ -205,9 +206,10 @@ class ProverReporter:
             return Gpu(first)
         return Gpu(f"CPU-{self.node}", "cpu")
 
-    def measure(self) -> Memory:
-        """What the prover holds now, for the write it is about to make."""
-        return Memory(self.host_memory(), self.device_memory())
+    def measure(self, allocating: int = 0) -> Memory:
+        """What the prover holds now, and the device memory it allocates right after
+        (``allocating``), for the write it is about to make."""
+        return Memory(self.host_memory(), self.device_memory() + allocating)
 
     def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
         """Join this pod's GPU's lanes, waiting up to ``wait_s`` for the operator to create
@@ -241,29 +243,31 @@ class ProverReporter:
                                            memory=self.measure()))
 
     @contextlib.contextmanager
-    def gpu_phase(self) -> Iterator[None]:
-        """Hold the GPU's phase for the block: acquire it (waiting on a watch of the
-        WorkerStatus while another lane holds it), then give it up. Best effort like every
-        write: without a lane, or when the API stays unreachable, the block runs anyway."""
-        held = self.acquire() is Acquired.GRANTED
+    def gpu_phase(self, device_bytes: int = 0) -> Iterator[None]:
+        """Hold the GPU's phase for the block, which allocates ``device_bytes`` of device
+        memory: acquire it (waiting on a watch of the WorkerStatus while another lane holds
+        it), then give it up. Best effort like every write: without a lane, or when the API
+        stays unreachable, the block runs anyway."""
+        held = self.acquire(device_bytes) is Acquired.GRANTED
         try:
             yield
         finally:
             if held:
                 self.release_gpu()
 
-    def acquire(self) -> Acquired | None:
+    def acquire(self, device_bytes: int = 0) -> Acquired | None:
         """Hold the GPU's phase, waiting on a watch while another lane holds it (up to
         ``gpu_wait``): GRANTED, WAITING (still held by another when the wait ran out), GONE
         (the lane was removed), or None when there is no lane to write (never joined, or
-        quiet) or the writes kept failing."""
+        quiet) or the writes kept failing. The write that takes the phase carries the
+        ``device_bytes`` the phase allocates right after it: the holder's device memory."""
         if self._quiet.is_set() or self.worker_id is None:
             return None
         started = time.monotonic()
         result = self._best_effort(
             "acquire",
             lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait,
-                            memory=self.measure),
+                            memory=lambda: self.measure(device_bytes)),
             "acquiring the GPU phase",
             "proving on without it",
         )

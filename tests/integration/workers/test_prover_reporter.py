@@ -75,12 +75,16 @@ def test_a_proof_seen_through_the_reporter(
         }
         reporter.on_stage("synth_done")
         assert lane0(admin, node)["stage"] == "synth_done"
-        with reporter.gpu_phase():
+        # The phase's device memory is written by the acquire that takes it, before the
+        # phase allocates it; the release writes what the pool holds then (none here).
+        with reporter.gpu_phase(3 << 30):
             held = w0(admin, node)
             assert (held["state"], held["holder"]["pod"]["uid"]) == ("gpu", env["POD_UID"])
-            assert held["lanes"][0]["stage"] == "gpu"
+            assert (held["lanes"][0]["stage"], held["lanes"][0]["deviceMemoryBytes"]) == (
+                "gpu", 3 << 30)
         after = w0(admin, node)
         assert (after["state"], after["lanes"][0]["stage"]) == ("waiting", "committing")
+        assert after["lanes"][0]["deviceMemoryBytes"] == 0
         assert "holder" not in after
         assert "heartbeat" not in after["lanes"][0]
     done = w0(admin, node)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kuzk_prover import commitment, domain, field, ntt, quotient, synthesis
+from kuzk_prover import commitment, cuda, domain, field, ntt, quotient, synthesis
 from kuzk_prover.cuda import KERNELS, DevicePipeline, HostStreams
 from kuzk_prover.cuda_source import kernel_source
 from kuzk_prover.field import GENERATOR, P
@@ -167,17 +167,29 @@ HELD_CASES = [("small-tiles", log_n) for log_n in (4, 5, 8, 10)] + [
 
 @pytest.mark.parametrize(("tiles", "log_n"), HELD_CASES)
 def test_the_held_run_commits_like_numpy(
-    pipelines: dict[str, DevicePipeline], tiles: str, log_n: int
+    pipelines: dict[str, DevicePipeline], tiles: str, log_n: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What the GPU phase brings back (uint32 words, a, b, c bit-reversed) gives the NumPy
-    path's commitment and passes the self-check, and the phase leaves no table behind."""
+    path's commitment and passes the self-check, the phase allocates the device memory its
+    prepared run announced (what the lane's acquire write carries), and it leaves no table
+    behind."""
     streams = _CountingStreams()
     device, launched = _recording(pipelines[tiles], streams)
+    allocated: list[int] = []
+
+    class Arena(cuda._Arena):
+        def __init__(self, xp: Any, words: int) -> None:
+            super().__init__(xp, words)
+            allocated.append(self.buffer.nbytes)
+
+    monkeypatch.setattr(cuda, "_Arena", Arena)
     witness = synthesis.synthesize(bytes([log_n]) * 32, log_n)
     expected = commitment.commit(quotient.quotient(witness.a, witness.b, witness.c))
     run = device.prepare(witness.a, witness.b, witness.c, quotient.vanishing_on_coset(log_n))
-    assert launched == [], "preparing launches nothing"
+    assert launched == [] and allocated == [], "preparing launches and allocates nothing"
     h, ca, cb, cc = run()
+    assert allocated == [run.device_bytes], "one allocation, the size announced"
     assert all(x.dtype == np.uint32 for x in (h, ca, cb, cc))
     assert commitment.commit(Quotient(h, ca, cb, cc, bit_reversed=True)) == expected
     assert streams.given_back == 1, "the phase gives the device memory back"

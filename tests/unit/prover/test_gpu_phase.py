@@ -22,7 +22,8 @@ def test_the_phase_builds_nothing_on_the_host(log_n: int) -> None:
     entered: list[str] = []
 
     @contextlib.contextmanager
-    def phase() -> Iterator[None]:
+    def phase(device_bytes: int) -> Iterator[None]:
+        assert device_bytes == 0, "on NumPy the phase allocates no device memory"
         with pytest.MonkeyPatch.context() as inside:
             for module, name in (
                 (synthesis, "synthesize"),
