@@ -164,11 +164,6 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
     _runtime(memo).on_pod(type, body)
 
 
-@kopf.on.event("", "v1", "nodes")
-async def node_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    _runtime(memo).on_node(type, body)
-
-
 @kopf.on.event(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
 async def workerstatus_event(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo,
                        **_: Any) -> None:

@@ -6,8 +6,9 @@ runs call the blocking ``Controller`` in a thread. A steady-state sync makes no 
 GET: it spends API calls on writes, and a 409 tells it the cache was stale.
 
 Keys of the clock: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
-partition pod whose ProofJob is gone; ``("node", name)`` ensures a GPU node's WorkerStatus;
-``("sweep", node)`` is the periodic worker sweep. Per-job state (what a sync wrote or created
+partition pod whose ProofJob is gone; ``("sweep", name)`` is the periodic sweep of a
+WorkerStatus (one GPU; a legacy one of a whole node is retired there once no lane is on it).
+Per-job state (what a sync wrote or created
 before the watches delivered it) is dropped when the job is deleted or the watch catches up,
 so memory does not grow with the number of jobs ever seen.
 
@@ -118,8 +119,7 @@ class Runtime:
         self.metrics = metrics
         self.queue = WorkQueue(self._work, describe=_describe, clock=controller.clock)
         self.jobs: dict[JobKey, JobState] = {}
-        self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
-        self.node_workers: dict[str, dict[str, Assignment]] = {}
+        self.gpu_lanes: dict[str, dict[str, Assignment]] = {}  # WorkerStatus → its lanes
 
     # --- events --------------------------------------------------------------------------
     def on_job(self, event: str | None, namespace: str, name: str, uid: str,
@@ -157,31 +157,20 @@ class Runtime:
         else:
             self.queue.kick(("pod", ns, name))
 
-    def on_worker_status(self, event: str | None, node: str, body: Mapping[str, Any]) -> None:
-        old = self.node_workers.pop(node, {})
+    def on_worker_status(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
+        old = self.gpu_lanes.pop(name, {})
         new = assignments(body) if event != "DELETED" else {}
         if event == "DELETED":
-            self.queue.forget(("sweep", node))
+            self.queue.forget(("sweep", name))
             if self.folds is not None:
                 uid = (body.get("metadata") or {}).get("uid", "")
                 self.folds.add(uid, ledger.workerstatus_tally(body))
         else:
-            self.node_workers[node] = new
-            self.queue.later(("sweep", node), SWEEP_SECONDS)
+            self.gpu_lanes[name] = new
+            self.queue.later(("sweep", name), SWEEP_SECONDS)
         for namespace, name in sorted(changed_jobs(old, new)):
             if self.caches.job(namespace, name) is not None:
                 self.queue.later(("job", namespace, name), BATCH_SECONDS)
-
-    def on_node(self, event: str | None, node: Mapping[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name", "")
-        if event == "DELETED":
-            self.nodes.pop(name, None)
-            self.queue.forget(("node", name))
-            return
-        seen = ((node.get("metadata") or {}).get("uid", ""), self.controller.gpus(node))
-        if self.nodes.get(name) != seen:
-            self.nodes[name] = seen
-            self.queue.kick(("node", name))
 
     def on_peering(self, paused: bool) -> None:
         if paused:
@@ -201,9 +190,7 @@ class Runtime:
                 return await self._sync_job(*rest)
             if kind == "pod":
                 return await self._settle_pod(*rest)
-            if kind == "sweep":
-                return await self._sweep(*rest)
-            return await self._ensure_worker_status(*rest)
+            return await self._sweep(*rest)
 
     async def _sync_job(self, namespace: str, name: str) -> float | None:
         cached = self.caches.job(namespace, name)
@@ -248,26 +235,19 @@ class Runtime:
             self.queue.kick(("job", namespace, owner["name"]))
         return delay
 
-    async def _sweep(self, node: str) -> float | None:
-        ws = self.caches.worker_status(node)
+    async def _sweep(self, name: str) -> float | None:
+        ws = self.caches.worker_status(name)
         if ws is None:
             raise Gone
+        node = workerstatus.node_of(ws)
         live = {
             (p.get("metadata") or {}).get("uid", ""): (
                 None if (p.get("status") or {}).get("phase") == "Running" else worker_outcome(p)
             )
             for p in self.caches.node_pods(node)
         }
-        await asyncio.to_thread(self.controller.sweep, node, live, ws)
+        await asyncio.to_thread(self.controller.sweep, name, live, ws)
         return SWEEP_SECONDS
-
-    async def _ensure_worker_status(self, node: str) -> float | None:
-        if node not in self.nodes:
-            raise Gone
-        uid, gpus = self.nodes[node]
-        if gpus > 0 and self.caches.worker_status(node) is None:
-            await asyncio.to_thread(self.controller.ensure_worker_status, node, uid)
-        return None
 
     def _forget_job(self, namespace: str, name: str) -> None:
         self.queue.forget(("job", namespace, name))
@@ -284,6 +264,6 @@ def _describe(key: Hashable) -> str:
         kind = {"job": "sync of ProofJob", "pod": "settling pod"}.get(str(key[0]), str(key[0]))
         return f"{kind} {key[1]}/{key[2]}"
     if isinstance(key, tuple) and len(key) == 2:
-        kind = {"sweep": "worker sweep of", "node": "WorkerStatus of node"}.get(str(key[0]), "")
+        kind = {"sweep": "sweep of WorkerStatus"}.get(str(key[0]), "")
         return f"{kind} {key[1]}"
     return str(key)
