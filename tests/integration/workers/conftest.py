@@ -61,6 +61,11 @@ def delete_node(api: client.ApiClient, node: str) -> None:
     would, later)."""
     with contextlib.suppress(ApiException):
         client.CoreV1Api(api).delete_node(node)
+    delete_worker_statuses(api, node)
+
+
+def delete_worker_statuses(api: client.ApiClient, node: str) -> None:
+    """Delete the WorkerStatuses of ``node``'s GPUs."""
     objects = client.CustomObjectsApi(api)
     listed = objects.list_cluster_custom_object(
         kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, field_selector=f"spec.nodeName={node}")
