@@ -663,7 +663,7 @@ def release(
                 api, name, lambda s: decide_release(s, pod, outcome, clock.now()), clock=clock)
         except WorkerStatusMissing:
             break
-    log.info("no WorkerStatus of %s concerns %s: nothing to release", node, describe(pod))
+    log.info("node %s: %s holds no lane: nothing to release", node, describe(pod))
     return False
 
 
