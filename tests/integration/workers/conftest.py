@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from kuzk import api as kapi
 from kuzk.crds import all_crds
 from kuzk.workers import Assignment
+from kuzk.workerstatus import worker_status_name
 from tests.integration.operator.conftest import plan, prover_account, run_operator
 from tests.testenv.cluster import Cluster
 
@@ -40,6 +41,21 @@ def crds(cluster: Cluster) -> None:
 @pytest.fixture
 def admin(cluster: Cluster, crds: None) -> client.ApiClient:
     return cluster.api
+
+
+def create_worker_status(api: client.ApiClient, node: str, uuid: str) -> dict[str, Any]:
+    """The WorkerStatus of GPU ``uuid`` on ``node``, without an owner (the node is imaginary,
+    so the garbage collector must not be given a missing owner to act on)."""
+    body = {
+        "apiVersion": kapi.API_VERSION,
+        "kind": kapi.WORKERSTATUS_KIND,
+        "metadata": {"name": worker_status_name(node, uuid)},
+        "spec": {"nodeName": node, "gpu": {"uuid": uuid}},
+    }
+    created = client.CustomObjectsApi(api).create_cluster_custom_object(
+        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body
+    )
+    return cast(dict[str, Any], created)
 
 
 def delete_worker_status(api: client.ApiClient, name: str) -> None:
