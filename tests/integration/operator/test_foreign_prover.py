@@ -75,7 +75,7 @@ def _watch_holders(cluster: Cluster, nodes: Collection[str], stop: threading.Eve
     custom = client.CustomObjectsApi(cluster.api)
 
     def record(ws: dict[str, Any]) -> None:
-        if ws["metadata"]["name"] not in nodes:
+        if (ws.get("spec") or {}).get("nodeName") not in nodes:
             return
         status = ws.get("status") or {}
         updated = api.parse_time(status["updatedAt"]).timestamp() if status else 0.0
