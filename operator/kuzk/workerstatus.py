@@ -486,8 +486,8 @@ def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
 
 def physical_gpus(node: Mapping[str, Any], gpu_resource: str, workers: int = 0) -> int:
     """How many physical GPUs a node has, never counting time-slicing replicas: the GPU
-    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatus
-    lists, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
+    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatuses
+    list, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
     labels = (node.get("metadata") or {}).get("labels") or {}
     counted = _label_int(labels, GPU_COUNT_LABEL)
     if counted is not None:

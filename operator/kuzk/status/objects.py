@@ -75,7 +75,7 @@ class Node:
     memory_bytes: int | None = None  # its allocatable memory
 
     def gpus(self, workers: int = 0) -> int:
-        """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatus lists."""
+        """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatuses list."""
         slim = {"metadata": {"labels": dict(self.labels)},
                 "status": {"allocatable": {self.gpu_resource: self.advertised}}}
         return workerstatus.physical_gpus(slim, self.gpu_resource, workers)
