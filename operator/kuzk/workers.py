@@ -483,18 +483,20 @@ def guarded_write(
 
 def join(
     api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM,
-    memory: Memory | None = None,
+    memory: Callable[[], Memory | None] = lambda: None,
 ) -> str:
     """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``, in the GPU's
     WorkerStatus, which the first lane of the GPU creates (``create_worker_status``); return
-    the WorkerStatus's name, where the lane's other writes go. ``memory`` (here and in the
-    other lane writes): what the lane's prover holds now.
+    the WorkerStatus's name, where the lane's other writes go. ``memory`` is asked before
+    each decision (so that a join which had to create the object first carries what the
+    prover holds when it writes); in the other lane writes ``memory`` is what the prover
+    holds now.
 
     Raises WorkerStatusMissing when the node does not exist."""
     name = worker_status_name(node, gpu.uuid)
 
     def decide(status: Mapping[str, Any]) -> WriteDecision[str]:
-        return decide_join(status, gpu, assignment, clock.now(), memory)
+        return decide_join(status, gpu, assignment, clock.now(), memory())
 
     try:
         guarded_write(api, name, decide, clock=clock)

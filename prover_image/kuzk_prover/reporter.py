@@ -230,7 +230,7 @@ class ProverReporter:
         WorkerStatus's name; raises what the last try raised."""
         gpu = self.gpu(device)
         self.worker_status = self._persist(
-            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure()),
+            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure),
             missing_s=wait_s,
         )
         self._last_write = time.monotonic()

@@ -8,6 +8,7 @@ frees what no pod holds."""
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -181,10 +182,14 @@ def _two_lanes_of_one_pod(status: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("break_it", "message"),
     [
-        (_holding_b, "holder must be one of the worker's lanes"),
-        (_two_holders, "a lane in stage gpu must be the holder"),
-        (_holder_committing, "holder's lane must be in stage gpu"),
-        (_another_gpu, "a WorkerStatus is one GPU: status.workers holds at most one worker"),
+        (_holding_b, "status.workers[0].holder: Invalid value: \"object\": holder must be one"
+                     " of the worker's lanes"),
+        (_two_holders, "status.workers[0].lanes: Invalid value: \"array\": a lane in stage gpu"
+                       " must be the holder"),
+        (_holder_committing, "status.workers[0].holder: Invalid value: \"object\": holder's"
+                             " lane must be in stage gpu"),
+        (_another_gpu, "status.workers: Invalid value: \"array\": a WorkerStatus is one GPU:"
+                       " status.workers holds at most one worker"),
         (_idle_with_lanes, "state must be gpu with a holder, waiting with lanes and no holder"),
         (_two_lanes_of_one_pod, "a pod has at most one lane on a GPU"),
     ],
@@ -211,7 +216,7 @@ def test_the_crd_refuses_a_status_that_breaks_the_lanes_rules(
     with pytest.raises(ApiException) as refused:
         guarded_write(admin, name, broken)
     assert refused.value.status == 422
-    assert message in str(refused.value.body)
+    assert message in json.loads(refused.value.body)["message"]
     after = read_worker_status(admin, name)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert acquire(admin, name, a, wait_s=0) == "granted", "the lane still holds"
