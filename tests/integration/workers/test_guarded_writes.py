@@ -182,13 +182,13 @@ def _two_lanes_of_one_pod(status: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("break_it", "message"),
     [
-        (_holding_b, "status.workers[0].holder: Invalid value: \"object\": holder must be one"
+        (_holding_b, "status.workers[0].holder: Invalid value: holder must be one"
                      " of the worker's lanes"),
-        (_two_holders, "status.workers[0].lanes: Invalid value: \"array\": a lane in stage gpu"
+        (_two_holders, "status.workers[0].lanes: Invalid value: a lane in stage gpu"
                        " must be the holder"),
-        (_holder_committing, "status.workers[0].holder: Invalid value: \"object\": holder's"
+        (_holder_committing, "status.workers[0].holder: Invalid value: holder's"
                              " lane must be in stage gpu"),
-        (_another_gpu, "status.workers: Invalid value: \"array\": a WorkerStatus is one GPU:"
+        (_another_gpu, "status.workers: Invalid value: a WorkerStatus is one GPU:"
                        " status.workers holds at most one worker"),
         (_idle_with_lanes, "state must be gpu with a holder, waiting with lanes and no holder"),
         (_two_lanes_of_one_pod, "a pod has at most one lane on a GPU"),
