@@ -599,17 +599,14 @@ def main(argv: list[str] | None = None) -> int:
                 calls = Requests.read(plane.audit_log, audit_from,
                                       plane.audit_log.stat().st_size).by_call
                 return op.poll() is not None or all(
-                    calls[f"watch {r}"] for r in ("proofjobs", "pods", "workerstatuses", "nodes"))
+                    calls[f"watch {r}"] for r in ("proofjobs", "pods", "workerstatuses"))
 
             wait_for(watching, 120, "the operator's watches", 0.5)
-            wait_for(lambda: len(worker_statuses(custom)) >= args.nodes or op.poll() is not None,
-                     120, f"{args.nodes} WorkerStatuses created by the operator", 0.5)
             if op.poll() is not None:
                 msg = f"the operator exited {op.returncode}; see {log}"
                 raise RuntimeError(msg)
             return op, log
 
-        # The WorkerStatuses the stand-in writes are the operator's to create.
         operator: subprocess.Popen[bytes] | None
         operator, operator_log = start_operator()
         print(f"control plane, {args.nodes} nodes, stand-in and operator up in "
