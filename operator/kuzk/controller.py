@@ -467,7 +467,6 @@ class Controller:
             log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
                      " counters go to the ledger", name)
         return released
-        return released
 
 
 class EventRecorder:

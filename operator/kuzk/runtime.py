@@ -232,9 +232,9 @@ class Runtime:
         else:
             self.gpu_lanes[name] = new
             self.queue.later(("sweep", name), SWEEP_SECONDS)
-        for namespace, name in sorted(changed_jobs(old, new)):
-            if self.caches.job(namespace, name) is not None:
-                self.queue.later(("job", namespace, name), BATCH_SECONDS)
+        for namespace, job in sorted(changed_jobs(old, new)):
+            if self.caches.job(namespace, job) is not None:
+                self.queue.later(("job", namespace, job), BATCH_SECONDS)
 
     def on_peering(self, paused: bool) -> None:
         """A higher-priority peer paused this replica, or let it go: the caller stops the
