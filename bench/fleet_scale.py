@@ -741,12 +741,6 @@ def worker_statuses(custom: client.CustomObjectsApi) -> list[Obj]:
     return list(listing.get("items", []))
 
 
-def nodes_with_worker_status(custom: client.CustomObjectsApi) -> set[str]:
-    """The nodes that have their WorkerStatus (one per node, or one per GPU of it)."""
-    return {str((ws.get("spec") or {}).get("nodeName") or ws["metadata"]["name"])
-            for ws in worker_statuses(custom)}
-
-
 def stale_writes(custom: client.CustomObjectsApi) -> int:
     """The refused stale writes of every WorkerStatus, as the status server sums them."""
     return sum(int((ws.get("status") or {}).get("staleWritesRejected") or 0)
@@ -1245,11 +1239,9 @@ def main(argv: list[str] | None = None) -> int:
                 calls = Calls.read(plane.audit_log, audit_from, plane.audit_log.stat().st_size,
                                    users, admin).of(OPERATOR)
                 return op.poll() is not None or all(
-                    calls[f"watch {r}"] for r in ("proofjobs", "pods", WORKERSTATUS, "nodes"))
+                    calls[f"watch {r}"] for r in ("proofjobs", "pods", WORKERSTATUS))
 
             wait_for(watching, 120, "the operator's watches", 0.5)
-            wait_for(lambda: nodes <= nodes_with_worker_status(custom) or op.poll() is not None,
-                     120, f"WorkerStatuses of {args.nodes} nodes created by the operator", 0.5)
             wait_for(lambda: read_counts(counts_file) is not None or op.poll() is not None, 10,
                      "the operator's counts", 0.2)
             if op.poll() is not None:
@@ -1263,8 +1255,6 @@ def main(argv: list[str] | None = None) -> int:
                 own = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
             return Gauges(scrape(etcd_metrics), scrape(f"{plane.server}/metrics", context),
                           own, read_counts(counts_file) if running else None)
-
-        # The WorkerStatuses the stand-in writes are the operator's to create.
         operator: subprocess.Popen[bytes] | None
         operator, operator_log = start_operator()
         # What each WorkerStatus write moved, seen by a watch of them all run long.

@@ -141,8 +141,11 @@ def proofjob(name: str, size: int, partitions: int, node: str) -> dict[str, Any]
 
 
 def stale_writes(custom: client.CustomObjectsApi, node: str) -> int:
-    ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
-    return int((ws.get("status") or {}).get("staleWritesRejected") or 0)
+    """The stale writes the WorkerStatuses of ``node``'s GPUs refused."""
+    listed = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
+                                               field_selector=f"spec.nodeName={node}")
+    return sum(int((ws.get("status") or {}).get("staleWritesRejected") or 0)
+               for ws in listed["items"])
 
 
 def commit_share(core: client.CoreV1Api, job: str) -> float:
@@ -295,18 +298,14 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "kuzk.cli", "status-server", "--host", "127.0.0.1",
              "--port", str(port), "--kubeconfig", str(cluster.kubeconfig)],
             cluster.env(), logs / "status.log"))
-        custom = client.CustomObjectsApi(cluster.api)
 
         def ready() -> bool:
             try:
-                for node in nodes.values():
-                    custom.get_cluster_custom_object(
-                        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
                 return requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).ok
-            except (client.exceptions.ApiException, requests.ConnectionError):
+            except requests.ConnectionError:
                 return False
 
-        wait_for(ready, 60, "the WorkerStatuses and the status server")
+        wait_for(ready, 60, "the status server")
         try:
             for size in args.sizes:
                 for lanes in args.lanes:

@@ -93,14 +93,16 @@ def job_status(job: int, count: int, last: str) -> dict[str, Any]:
             "succeeded": sum(p["state"] == "done" for p in parts), "partitions": parts}
 
 
-def worker_status(node: int, gpus: int, jobs: int) -> dict[str, Any]:
-    """A node's WorkerStatus in the one model's stored form: every other GPU with two lanes,
-    one holding its GPU phase and one synthesizing; the rest idle."""
+def worker_status(node: int, gpus: int, jobs: int) -> list[tuple[str, dict[str, Any]]]:
+    """A node's GPUs' WorkerStatuses in the one model's stored form, by GPU UUID: every other
+    GPU with two lanes, one holding its GPU phase and one synthesizing; the rest idle."""
     now = datetime.now(UTC)
     workers = []
     for k in range(gpus):
+        gpu_uuid = f"GPU-{uuid.uuid4()}"
         worker = workerstatus.Worker(
-            id=f"W{k}", gpu=workerstatus.Gpu(f"GPU-{uuid.uuid4()}", "NVIDIA H100 80GB HBM3"),
+            id=workerstatus.gpu_id(gpu_uuid),
+            gpu=workerstatus.Gpu(gpu_uuid, "NVIDIA H100 80GB HBM3"),
             completed=node + k, since=now)
         if k % 2 == 0 and jobs:
             lanes = []
@@ -114,8 +116,10 @@ def worker_status(node: int, gpus: int, jobs: int) -> dict[str, Any]:
             worker = replace(worker, lanes=tuple(lanes),
                              holder=workerstatus.Holder(lanes[0].pod, now))
         workers.append(worker)
-    model = workerstatus.WorkerStatusModel(tuple(workers), stale_writes_rejected=node % 3)
-    return model.as_status(now)
+    # One WorkerStatus per GPU; the node's stale writes on its first.
+    return [(w.gpu.uuid, workerstatus.WorkerStatusModel(
+                (w,), stale_writes_rejected=node % 3 if k == 0 else 0).as_status(now))
+            for k, w in enumerate(workers)]
 
 
 def populate(cluster: Cluster, args: argparse.Namespace) -> None:
@@ -131,11 +135,12 @@ def populate(cluster: Cluster, args: argparse.Namespace) -> None:
         amounts = {"nvidia.com/gpu": str(args.gpus), "cpu": "64", "memory": "512Gi",
                    "pods": "110"}
         core.patch_node_status(name, {"status": {"capacity": amounts, "allocatable": amounts}})
-        custom.create_cluster_custom_object(*ws, {
-            "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
-            "metadata": {"name": name}, "spec": {"nodeName": name}})
-        custom.patch_cluster_custom_object_status(*ws, name, {
-            "status": worker_status(i, args.gpus, args.jobs)})
+        for gpu, status in worker_status(i, args.gpus, args.jobs):
+            gpu_ws = workerstatus.worker_status_name(name, gpu)
+            custom.create_cluster_custom_object(*ws, {
+                "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
+                "metadata": {"name": gpu_ws}, "spec": {"nodeName": name, "gpu": {"uuid": gpu}}})
+            custom.patch_cluster_custom_object_status(*ws, gpu_ws, {"status": status})
 
     def make_job(i: int) -> None:
         name = f"snap-{i:04d}"

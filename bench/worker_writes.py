@@ -4,8 +4,8 @@
 
 Starts its own control plane (etcd and kube-apiserver from tests/testenv, no kubelet), installs
 the WorkerStatus CRD and, for each number of concurrent writers (separate processes, like the
-provers of one node), makes the same number of updates two ways on one object. Each writer owns
-one worker and adds 1 to its ``completed`` count per update:
+lanes of one GPU), makes the same number of updates two ways on one GPU's WorkerStatus. Each
+writer adds 1 to the GPU's worker's ``completed`` count per update:
 
 * guarded: kuzk.workers.guarded_write (GET, decide, replace /status with the resourceVersion
   read, retry on 409 Conflict);
@@ -19,20 +19,22 @@ if a guarded update was lost.
     .venv/bin/python bench/worker_writes.py --busy-node 60 [--gpus 8] [--lanes 1,3]
         [--partition 1.0]
 
-The busy-node (lanes) mode writes one node's WorkerStatus at the rate a busy 8-GPU node
-makes: for each lane count in ``--lanes``, one process per lane of every GPU (``--gpus``
-GPUs, alias ``--provers``) proves partitions back to back as the prover does (join,
-synthesizing, synth_done, acquire the GPU phase, waiting on a watch while another lane holds
-it, release it, leave; ``--partition`` seconds of work on average, random from half to one
-and a half times that, 40 % synthesis and 60 % GPU phase; ``--gap`` seconds until the next
-pod) through kuzk.workers, and an "operator" process makes the finalizer release of every
-finished pod (as a partition pod's finalizer does) and the periodic sweep (``--sweep``
-seconds, 30 as the operator; no pod is gone, so it must remove nothing). Per lane count it
-reports p50/p99 latency per operation, WorkerStatus writes (PUTs) and 409s per partition
-attempt, every write that gave up (WorkerWriteConflict), and that nothing was lost (no lane
-left, completed equal to the partitions), beside the guarded writes/s the same object sustains
-in a tight loop with as many writers as GPUs (the reference, same run). Exit status 1 if a
-write gave up or something was lost.
+The busy-node (lanes) mode writes one node's WorkerStatuses (one per GPU, each created by its
+GPU's first lane) at the rate a busy 8-GPU node makes: for each lane count in ``--lanes``, one
+process per lane of every GPU (``--gpus`` GPUs, alias ``--provers``) proves partitions back to
+back as the prover does (join, synthesizing, synth_done, acquire the GPU phase, waiting on a
+watch while another lane holds it, release it, leave; ``--partition`` seconds of work on
+average, random from half to one and a half times that, 40 % synthesis and 60 % GPU phase;
+``--gap`` seconds until the next pod) through kuzk.workers, and an "operator" process makes the
+finalizer release of every finished pod (as a partition pod's finalizer does: a LIST of the
+node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the periodic
+sweep of each of them (``--sweep`` seconds, 30 as the operator; no pod is gone, so it must
+remove nothing). Per lane count it reports p50/p99 latency per operation, WorkerStatus writes
+(PUTs) and 409s per partition attempt, every write that gave up (WorkerWriteConflict), and that
+nothing was lost (no lane left, completed equal to the partitions), beside the guarded writes/s
+the same object sustains in a tight loop with as many writers as GPUs (the reference, same run;
+those writers share one object, as no lanes do now). Exit status 1 if a write gave up or
+something was lost.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from kuzk import api as kapi
 from kuzk import workers
 from kuzk.crds import workerstatus_crd
 from kuzk.workers import Assignment, Gpu, PodRef, WriteDecision, guarded_write
+from kuzk.workerstatus import worker_status_name
 
 WHERE = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL)
 
@@ -75,15 +78,10 @@ class CountingClient(client.ApiClient):
         return response
 
 
-def increment(worker_id: str) -> Callable[[Mapping[str, Any]], WriteDecision[None]]:
-    def decide(status: Mapping[str, Any]) -> WriteDecision[None]:
-        new = copy.deepcopy(dict(status))
-        for worker in new["workers"]:
-            if worker["id"] == worker_id:
-                worker["completed"] += 1
-        return WriteDecision(new, None)
-
-    return decide
+def increment(status: Mapping[str, Any]) -> WriteDecision[None]:
+    new = copy.deepcopy(dict(status))
+    new["workers"][0]["completed"] += 1
+    return WriteDecision(new, None)
 
 
 def writer(
@@ -93,17 +91,14 @@ def writer(
     config.load_kube_config(kubeconfig, client_configuration=configuration)
     api = CountingClient(configuration)
     objects = client.CustomObjectsApi(api)
-    worker_id = f"W{index}"
     go.wait()
     started = time.monotonic()
     for _ in range(updates):
         if guarded:
-            guarded_write(api, name, increment(worker_id), budget_s=30)
+            guarded_write(api, name, increment, budget_s=30)
         else:
             workers = objects.get_cluster_custom_object(*WHERE, name)["status"]["workers"]
-            for worker in workers:
-                if worker["id"] == worker_id:
-                    worker["completed"] += 1
+            workers[0]["completed"] += 1
             objects.patch_cluster_custom_object_status(
                 *WHERE, name, {"status": {"workers": workers}}
             )
@@ -116,15 +111,16 @@ def run(
     """One round: (updates/s, conflicts per PUT, updates lost)."""
     objects = client.CustomObjectsApi(api)
     name = f"bench-{'guarded' if guarded else 'patch'}-{writers}"
+    gpu = {"uuid": f"GPU-{name}"}
     body = {
         "apiVersion": kapi.API_VERSION,
         "kind": kapi.WORKERSTATUS_KIND,
         "metadata": {"name": name},
-        "spec": {"nodeName": name},
+        "spec": {"nodeName": name, "gpu": gpu},
     }
     objects.create_cluster_custom_object(*WHERE, body)
-    workers = [{"id": f"W{i}", "state": "idle", "completed": 0} for i in range(writers)]
-    first = {"workers": workers, "proving": 0, "workerCount": writers}
+    workers = [{"id": "W", "gpu": gpu, "state": "idle", "completed": 0}]
+    first = {"workers": workers, "proving": 0, "workerCount": 1}
     guarded_write(api, name, lambda _status: WriteDecision(first, None))
     spawn = multiprocessing.get_context("spawn")
     go, out = spawn.Event(), spawn.Queue()
@@ -187,6 +183,7 @@ def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: floa
     """One lane's provers on GPU ``gpu_index``, one partition pod after another."""
     api = _client(kubeconfig)
     timings, gpu = Timings(api), Gpu(f"GPU-busy-{gpu_index}")
+    name = worker_status_name(node, gpu.uuid)
     rng = random.Random(index)
     go.wait()
     end, partitions = time.monotonic() + seconds, 0
@@ -197,13 +194,13 @@ def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: floa
                        1, f"pod-{index}-{partitions}", pod_uid)
         work = partition_s * rng.uniform(0.5, 1.5)
         timings.call("join", lambda a=a: workers.join(api, node, gpu, a))
-        timings.call("stage", lambda a=a: workers.stage(api, node, a, "synthesizing"))
+        timings.call("stage", lambda a=a: workers.stage(api, name, a, "synthesizing"))
         time.sleep(0.4 * work)  # synthesis
-        timings.call("stage", lambda a=a: workers.stage(api, node, a, "synth_done"))
-        timings.call("acquire", lambda a=a: workers.acquire(api, node, a))
+        timings.call("stage", lambda a=a: workers.stage(api, name, a, "synth_done"))
+        timings.call("acquire", lambda a=a: workers.acquire(api, name, a))
         time.sleep(0.6 * work)  # the GPU phase
-        timings.call("release_gpu", lambda a=a: workers.release_gpu(api, node, a))
-        timings.call("leave", lambda a=a: workers.leave(api, node, a, "succeeded"))
+        timings.call("release_gpu", lambda a=a: workers.release_gpu(api, name, a))
+        timings.call("leave", lambda a=a: workers.leave(api, name, a, "succeeded"))
         ended[pod_uid] = "succeeded"
         done.put((a.pod_name, pod_uid))
         time.sleep(gap_s)  # the next pod's start on this GPU
@@ -234,7 +231,8 @@ class Pods(Mapping[str, Any]):
 
 def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, ended: Any,
              stop: Any, out: Any) -> None:
-    """The operator's writes to the node: a finalizer release per finished pod, the sweep."""
+    """The operator's writes to the node: a finalizer release per finished pod, the sweep of
+    each of its WorkerStatuses."""
     api = _client(kubeconfig)
     timings = Timings(api)
     swept: list[workers.Released] = []
@@ -251,8 +249,10 @@ def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, end
         if time.monotonic() >= next_sweep:
             next_sweep += sweep_s
             pods = Pods(ended)
-            timings.call("sweep", lambda pods=pods: swept.extend(
-                workers.sweep(api, node, pods, datetime.now(UTC))))
+            for found in workers.node_worker_statuses(api, node):
+                name = found["metadata"]["name"]
+                timings.call("sweep", lambda pods=pods, name=name: swept.extend(
+                    workers.sweep(api, name, pods, datetime.now(UTC))))
     out.put(timings.result("operator", -len(swept)))
 
 
@@ -267,10 +267,7 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
               lanes: int) -> dict[str, Any]:
     """Run the busy-node mode with ``lanes`` lanes per GPU; what it measured."""
     node = f"bench-busy-node-{lanes}"
-    objects = client.CustomObjectsApi(api)
-    objects.create_cluster_custom_object(*WHERE, {
-        "apiVersion": kapi.API_VERSION, "kind": kapi.WORKERSTATUS_KIND,
-        "metadata": {"name": node}, "spec": {"nodeName": node}})
+    client.CoreV1Api(api).create_node({"metadata": {"name": node}})
     spawn = multiprocessing.get_context("spawn")
     go, stop, out, done = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Queue()
     writers = args.provers * lanes
@@ -306,10 +303,11 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
             partitions += n
         else:
             swept = -n  # lanes the sweep removed: none of these pods was gone
-    final = objects.get_cluster_custom_object(*WHERE, node)["status"]
-    left = sum(len(w.get("lanes") or []) for w in final["workers"])
-    completed = sum(w.get("completed", 0) for w in final["workers"])
-    stale = final.get("staleWritesRejected", 0)
+    final = [ws.get("status") or {} for ws in workers.node_worker_statuses(api, node)]
+    gpus = [w for status in final for w in status.get("workers") or []]
+    left = sum(len(w.get("lanes") or []) for w in gpus)
+    completed = sum(w.get("completed", 0) for w in gpus)
+    stale = sum(status.get("staleWritesRejected", 0) for status in final)
     puts, conflicts = sum(puts_by_op.values()), sum(conflicts_by_op.values())
     lost = left + abs(partitions - completed) + swept + stale
     print(f"\n{lanes} lane(s) per GPU: {args.provers} GPUs, {writers} writers, "

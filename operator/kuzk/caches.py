@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
-from kuzk import api
+from kuzk import api, workerstatus
 
 Body = dict[str, Any]
 JobKey = tuple[str, str]
@@ -78,11 +78,15 @@ class Caches:
     def node_pods(self, node: str) -> list[Body]:
         return list(self._pods.get(("node", node), ()))
 
-    def worker_status(self, node: str | None) -> Body | None:
-        return next(iter(self._ws.get(node, ()))) if node in self._ws else None
+    def worker_status(self, name: str | None) -> Body | None:
+        return next(iter(self._ws.get(name, ()))) if name in self._ws else None
 
     def worker_statuses(self) -> list[Body]:
-        return [ws for node in list(self._ws) for ws in self._ws.get(node, ())]
+        return [ws for name in list(self._ws) for ws in self._ws.get(name, ())]
+
+    def node_worker_statuses(self, node: str) -> list[Body]:
+        """The WorkerStatuses of ``node``: its GPUs', and a legacy one of its own."""
+        return [ws for ws in self.worker_statuses() if workerstatus.node_of(ws) == node]
 
     def uids(self) -> set[str]:
         """The UIDs of every ProofJob and WorkerStatus in the cache."""

@@ -9,7 +9,7 @@ protocol take it as an argument, so that a test can give them a clock it moves b
 check a deadline, a backoff or a lease without sleeping.
 
 The work queue is the rate-limited work queue of the Kubernetes controllers, on the event
-loop. Every key (a job, an orphaned pod, a node's worker sweep) has at most one run in
+loop. Every key (a job, an orphaned pod, a WorkerStatus's sweep) has at most one run in
 flight; a kick during a run makes one more run after it, so a burst of events costs two runs,
 not one per event. A run returns how long until its key needs another look (None: no look
 needed) or raises ``Gone`` when its object no longer exists, which drops everything held for

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk import api, workers, workerstatus
+from kuzk import api, workers
 from kuzk.actions import (
     CreatePod,
     Decision,
@@ -442,34 +442,30 @@ class Controller:
             raise
         return bool(cast(Body, job).get("metadata", {}).get("uid") == owner.get("uid"))
 
-    # --- nodes and workers ---------------------------------------------------------------
-    def gpus(self, node: Mapping[str, Any]) -> int:
-        """The node's physical GPUs (``workerstatus.physical_gpus``, replicas not counted)."""
-        return workerstatus.physical_gpus(node, self.settings.gpu_resource)
-
-    def ensure_worker_status(self, node_name: str, node_uid: str) -> None:
-        """Create the GPU node's WorkerStatus, owned by the Node, if absent."""
-        workers.ensure_worker_status(self.api_client, node_name, node_uid)
-
+    # --- workers -----------------------------------------------------------------------
     def sweep(
-        self, node_name: str, live: Mapping[str, api.WorkerOutcome | None],
+        self, name: str, live: Mapping[str, api.WorkerOutcome | None],
         worker_status: Body | None, not_live: Mapping[str, datetime] | None = None,
     ) -> list[workers.Released]:
-        """Release lanes whose pod is gone, or ended with its finalizer gone, and mark the
-        lanes whose pod is not live (periodic, and on a change of a pod's liveness).
+        """Release the lanes of WorkerStatus ``name`` whose pod is gone, or ended with its
+        finalizer gone, and mark its lanes whose pod is not live (periodic, and on a change
+        of a pod's liveness); then retire it if it is a legacy one no lane is on.
 
-        ``live`` maps the UIDs of kuzk's pods on the node to ``observe.sweep_outcome``,
+        ``live`` maps the UIDs of kuzk's pods on its node to ``observe.sweep_outcome``,
         ``not_live`` those of running pods that are not live to since when (both from the
         cache); the guarded write is made only when the cached WorkerStatus shows
         something to change."""
         now = self.clock.now()
-        cached = (worker_status or {}).get("status") or {}
-        if workers.decide_sweep(cached, live, now, not_live).status is None:
-            return []
-        released = workers.sweep(self.api_client, node_name, live, now, not_live,
-                                 clock=self.clock)
-        for item in released:
-            log.info("sweep released %s on %s", item, node_name)
+        cached = worker_status or {}
+        released = []
+        if workers.decide_sweep(cached.get("status") or {}, live, now, not_live).status is not None:
+            released = workers.sweep(self.api_client, name, live, now, not_live,
+                                     clock=self.clock)
+            for item in released:
+                log.info("sweep released %s on %s", item, name)
+        elif workers.retire_legacy(self.api_client, cached):
+            log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
+                     " counters go to the ledger", name)
         return released
 
 

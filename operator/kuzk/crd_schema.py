@@ -74,7 +74,7 @@ def rule(expression: str, message: str, field_path: str | None = None) -> dict[s
     return cel if field_path is None else {**cel, "fieldPath": field_path}
 
 
-def with_rules(schema: dict[str, Any], *rules: dict[str, str]) -> dict[str, Any]:
+def with_rules(schema: dict[str, Any], *rules: dict[str, Any]) -> dict[str, Any]:
     """The schema with CEL validation rules (``x-kubernetes-validations``)."""
     return {**schema, "x-kubernetes-validations": list(rules)}
 

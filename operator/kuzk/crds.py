@@ -253,20 +253,48 @@ def _proofjob_status() -> dict[str, Any]:
     )
 
 
-def _workerstatus_spec() -> dict[str, Any]:
+def _gpu() -> dict[str, Any]:
     return obj(
-        "The node this WorkerStatus describes.",
+        "The GPU: its UUID is its identity.",
+        {
+            "uuid": string("GPU UUID (GPU-…), from the runtime or the device.", minLength=1,
+                           maxLength=128),
+            "name": string("GPU model name."),
+            "memoryBytes": integer("GPU memory in bytes.", minimum=0),
+        },
+        required=["uuid"],
+    )
+
+
+def _workerstatus_spec() -> dict[str, Any]:
+    spec = obj(
+        "The GPU this WorkerStatus describes, and its node; immutable.",
         {
             "nodeName": with_rules(
                 string(
-                    "Name of the GPU node; the object is named after it. Immutable.",
+                    "Name of the GPU's node. A prover may write only the WorkerStatuses of"
+                    " its own node (the chart's admission policy compares this field with"
+                    " its token's node).",
                     minLength=1,
                     maxLength=253,
                 ),
                 rule("self == oldSelf", "nodeName is immutable"),
             ),
+            "gpu": _gpu(),
         },
         required=["nodeName"],
+    )
+    return with_rules(
+        spec,
+        rule("self == oldSelf", "spec is immutable: a WorkerStatus is one GPU of one node"),
+        {
+            "rule": "oldSelf.hasValue() || has(self.gpu)",
+            "optionalOldSelf": True,
+            "message": "spec.gpu is required: a WorkerStatus is one GPU (only a WorkerStatus"
+                       " of a release before per-GPU WorkerStatuses, named after its node, has"
+                       " none; the operator retires those)",
+            "fieldPath": ".gpu",
+        },
     )
 
 
@@ -331,17 +359,13 @@ def _workerstatus_status() -> dict[str, Any]:
         required=["pod", "stage"],
     )
     worker = obj(
-        "One physical GPU on the node, with the lanes (partition pods) it carries.",
+        "One physical GPU, with the lanes (partition pods) it carries.",
         {
-            "id": string("Stable worker ID on this node, e.g. W0.", minLength=1, maxLength=63),
-            "gpu": obj(
-                "The GPU the worker drives.",
-                {
-                    "uuid": string("GPU UUID (GPU-…), from the runtime or the device."),
-                    "name": string("GPU model name."),
-                    "memoryBytes": integer("GPU memory in bytes.", minimum=0),
-                },
-            ),
+            "id": string(
+                "Stable worker ID: 8 hex digits of the SHA-256 of the GPU's UUID (the suffix of"
+                " the WorkerStatus's name); W0, W1… in a legacy WorkerStatus.",
+                minLength=1, maxLength=63),
+            "gpu": _gpu(),
             "state": string(
                 "gpu while a lane holds the GPU phase (the only busy state, while that lane is"
                 " live: see notLiveSince), waiting while lanes exist but none holds it, idle"
@@ -399,7 +423,20 @@ def _workerstatus_status() -> dict[str, Any]:
         rule(
             "!has(self.holder) || (has(self.lanes)"
             " && self.lanes.exists(l, l.pod.uid == self.holder.pod.uid))",
-            "the holder of the GPU phase must be one of the worker's lanes",
+            "holder must be one of the worker's lanes: no lane has the holder's pod UID",
+            ".holder",
+        ),
+        rule(
+            "!has(self.lanes) || self.lanes.all(l, l.stage != 'gpu'"
+            " || (has(self.holder) && self.holder.pod.uid == l.pod.uid))",
+            "a lane in stage gpu must be the holder: a GPU has one holder of its GPU phase",
+            ".lanes",
+        ),
+        rule(
+            "!has(self.holder) || !has(self.lanes) || self.lanes.all(l,"
+            " l.pod.uid != self.holder.pod.uid || l.stage == 'gpu')",
+            "holder's lane must be in stage gpu",
+            ".holder",
         ),
         rule(
             "self.state == (has(self.holder) ? 'gpu'"
@@ -413,10 +450,12 @@ def _workerstatus_status() -> dict[str, Any]:
         ),
     )
     status = obj(
-        "The node's GPU workers, written with resourceVersion-checked replaces only.",
+        "The GPU's worker, written with resourceVersion-checked replaces only, by the lanes"
+        " of this GPU and the operator's release and sweep.",
         {
             "workers": arr(
-                "The workers, one per physical GPU.",
+                "The GPU's worker: one (of spec.gpu), or none before its first lane joins. A"
+                " legacy WorkerStatus (no spec.gpu) lists every GPU of its node.",
                 worker,
                 key="id",
                 maxItems=64,
@@ -465,7 +504,8 @@ def _crd(
     spec: dict[str, Any],
     status: dict[str, Any],
     columns: list[dict[str, Any]],
-    root_rules: Sequence[dict[str, str]] = (),
+    root_rules: Sequence[dict[str, Any]] = (),
+    selectable_fields: Sequence[str] = (),
 ) -> dict[str, Any]:
     root = obj(
         description,
@@ -505,6 +545,8 @@ def _crd(
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [*columns, age],
                     "schema": {"openAPIV3Schema": root},
+                    **({"selectableFields": [{"jsonPath": p} for p in selectable_fields]}
+                       if selectable_fields else {}),
                 }
             ],
         },
@@ -535,20 +577,24 @@ def proofjob_crd() -> dict[str, Any]:
 
 
 def workerstatus_crd() -> dict[str, Any]:
-    """The WorkerStatus CRD (cluster-scoped, short name ws, one per GPU node)."""
+    """The WorkerStatus CRD (cluster-scoped, short name ws, one per physical GPU)."""
     return _crd(
         api.WORKERSTATUS_KIND,
         api.WORKERSTATUS_PLURAL,
         api.WORKERSTATUS_SINGULAR,
         api.WORKERSTATUS_SHORT_NAME,
         "Cluster",
-        "What every GPU worker on one node is doing; owned by the Node, named after it.",
+        "What one physical GPU is doing: its lanes (partition pods) and the one holding its"
+        " GPU phase. Named <node>-<worker id>, created by the GPU's first lane, owned by the"
+        " Node.",
         _workerstatus_spec(),
         _workerstatus_status(),
         [
             {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName"},
-            {"name": "Proving", "type": "integer", "jsonPath": ".status.proving"},
-            {"name": "Workers", "type": "integer", "jsonPath": ".status.workerCount"},
+            {"name": "GPU", "type": "string", "jsonPath": ".spec.gpu.uuid"},
+            {"name": "State", "type": "string", "jsonPath": ".status.workers[0].state"},
+            {"name": "Holder", "type": "string",
+             "jsonPath": ".status.workers[0].holder.pod.name"},
             {"name": "Lanes", "type": "integer", "jsonPath": ".status.lanes"},
             {
                 "name": "Stale",
@@ -559,11 +605,21 @@ def workerstatus_crd() -> dict[str, Any]:
         ],
         root_rules=[
             rule(
-                "self.metadata.name == self.spec.nodeName",
-                "a WorkerStatus is named after its node: metadata.name must equal spec.nodeName",
+                "has(self.spec.gpu) || self.metadata.name == self.spec.nodeName",
+                "a WorkerStatus without spec.gpu is a legacy one, named after its node:"
+                " metadata.name must equal spec.nodeName",
                 ".spec.nodeName",
-            )
+            ),
+            rule(
+                "!has(self.spec.gpu) || !has(self.status) || !has(self.status.workers)"
+                " || (self.status.workers.size() <= 1 && self.status.workers.all(w,"
+                " has(w.gpu) && w.gpu.uuid == self.spec.gpu.uuid))",
+                "a WorkerStatus is one GPU: status.workers holds at most one worker, and its"
+                " gpu.uuid must equal spec.gpu.uuid",
+                ".status.workers",
+            ),
         ],
+        selectable_fields=[".spec.nodeName"],
     )
 
 

@@ -2,8 +2,8 @@
 
 Kopf watches the ProofJobs (and runs peering): an index keeps them in memory, and an event
 handler tells the runtime what changed; a handler of the ProofJob CRD tells it when that
-index is complete. kuzk's partition pods, WorkerStatuses and
-Nodes come from the operator's own streams (``kuzk.streams``), started here, which skip
+index is complete. kuzk's partition pods and WorkerStatuses
+come from the operator's own streams (``kuzk.streams``), started here, which skip
 Kopf's per-event machinery and tell the runtime the same. The runtime decides what is worth
 a sync and runs it on its own clock, so no handler blocks, fails or is retried by Kopf. All
 state lives in one ``Runtime`` made at startup and kept in Kopf's ``memo``; ``configure``

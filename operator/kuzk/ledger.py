@@ -206,12 +206,10 @@ def proofjob_tally(job: Mapping[str, Any]) -> Tally:
 
 
 def workerstatus_tally(worker_status: Mapping[str, Any]) -> Tally:
-    """What a WorkerStatus counts: the stale writes it refused, and its GPUs' seconds by
-    mode as its last write accounted them."""
-    status = worker_status.get("status") or {}
-    node = str((worker_status.get("spec") or {}).get("nodeName")
-               or (worker_status.get("metadata") or {}).get("name", ""))
-    model = workerstatus.parse(status)
+    """What a WorkerStatus counts: the stale writes it refused, and its GPU's seconds by
+    mode as its last write accounted them (a legacy WorkerStatus's: every GPU of its node)."""
+    node = workerstatus.node_of(worker_status)
+    model = workerstatus.parse(worker_status.get("status"))
     return Tally(stale_writes_rejected=model.stale_writes_rejected,
                  gpu_seconds={gpu_key(node, w): Counter(dict(w.gpu_time.seconds))
                               for w in model.workers if w.gpu_time.accounted_at is not None})

@@ -1,8 +1,8 @@
 """The operator's own ``/metrics`` (``kuzk operator --metrics-port``), from prometheus-client
 with a registry of its own: how long its work takes and how often it fails, by kind (a job's
-sync, an orphaned pod, a node's WorkerStatus, a node's worker sweep); its API requests by
-method and status code (the operator's own calls, not the watches); its streams' watch events
-by resource and type, their lists and their restarts (``kuzk.streams``); the keys on its clock;
+sync, an orphaned pod, a WorkerStatus's sweep); its API requests by method and status code
+(the operator's own calls, not the watches); its streams' watch events by resource and type,
+their lists and their restarts (``kuzk.streams``); the keys on its clock;
 whether a higher-priority peer has paused it; ``kuzk_build_info``; and the process's own.
 What the fleet does is the status server's to export, not this one's.
 """
@@ -56,7 +56,7 @@ class OperatorMetrics:
         self.work_seconds = Histogram(
             "kuzk_operator_work_duration_seconds",
             "Runs of the operator's work by kind: job (a ProofJob's sync), pod (an orphaned"
-            " pod), node (a node's WorkerStatus), sweep (a node's worker sweep).",
+            " pod), sweep (a WorkerStatus's sweep).",
             ["kind"], buckets=WORK_BUCKETS, registry=self.registry)
         self.work_errors = Counter(
             "kuzk_operator_work_errors", "Runs that failed (each is retried with backoff).",

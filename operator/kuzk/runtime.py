@@ -1,17 +1,17 @@
 """The running operator's state: one object, made at startup and kept in Kopf's ``memo``.
 
 It reads from memory fed by the watches (``kuzk.caches``: Kopf's index of ProofJobs and the
-operator's own streams of pods, WorkerStatuses and Nodes, ``kuzk.streams``), decides which
+operator's own streams of pods and WorkerStatuses, ``kuzk.streams``), decides which
 events matter, and drives the clock (``kuzk.clock.WorkQueue``) whose
 runs call the blocking ``Controller`` in a thread. A steady-state sync makes no LIST and no
 GET: it spends API calls on writes, and a 409 tells it the cache was stale.
 
 Keys of the clock: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
-partition pod whose ProofJob is gone; ``("node", name)`` ensures a GPU node's WorkerStatus;
-``("sweep", node)`` is the worker sweep: periodic, and soon after a partition pod of the node
-stops or starts again being live (its Ready condition: ``api.pod_not_live_since``), so
-that the node's WorkerStatus marks a hung lane within a second of its pod's readiness
-probe failing. Per-job state (what a sync wrote or created
+partition pod whose ProofJob is gone; ``("sweep", name)`` is the sweep of a WorkerStatus
+(one GPU; a legacy one of a whole node is retired there once no lane is on it): periodic,
+and soon after a partition pod of its node stops or starts again being live (its Ready
+condition: ``api.pod_not_live_since``), so that the WorkerStatus marks a hung lane within a
+second of its pod's readiness probe failing. Per-job state (what a sync wrote or created
 before the watches delivered it) is dropped when the job is deleted or the watch catches up,
 so memory does not grow with the number of jobs ever seen.
 
@@ -126,8 +126,7 @@ class Runtime:
         self.metrics = metrics
         self.queue = WorkQueue(self._work, describe=_describe, clock=controller.clock)
         self.jobs: dict[JobKey, JobState] = {}
-        self.nodes: dict[str, tuple[str, int]] = {}  # node → (uid, GPU capacity)
-        self.node_workers: dict[str, dict[str, Assignment]] = {}
+        self.gpu_lanes: dict[str, dict[str, Assignment]] = {}  # WorkerStatus → its lanes
         self.paused = False  # by a higher-priority peer
         self.listed = True  # every stream has listed since the last hold
         self.jobs_indexed = True  # Kopf's index of ProofJobs has listed once
@@ -161,8 +160,7 @@ class Runtime:
         if self.paused or not self.listed or not self.jobs_indexed or self._replay is None:
             return
         replay, self._replay = self._replay, None
-        self.nodes.clear()
-        self.node_workers.clear()
+        self.gpu_lanes.clear()
         self.not_live.clear()  # the replay shows each pod's liveness again
         self.queue.resume()
         replay()
@@ -207,8 +205,9 @@ class Runtime:
             self.queue.kick(("pod", ns, name))
 
     def _watch_liveness(self, event: str | None, pod: Mapping[str, Any]) -> None:
-        """Sweep the pod's node soon when the pod stopped, or started again, being live:
-        the sweep marks its lane (one write per change of liveness, none otherwise)."""
+        """Sweep the WorkerStatuses of the pod's node soon when the pod stopped, or started
+        again, being live: the sweep of the one with its lane marks it (one write per change
+        of liveness, none otherwise)."""
         uid = (pod.get("metadata") or {}).get("uid", "")
         before = self.not_live.pop(uid, None)
         if event == "DELETED":
@@ -218,33 +217,24 @@ class Runtime:
             self.not_live[uid] = since
         node = (pod.get("spec") or {}).get("nodeName")
         if node and since != before:
-            self.queue.later(("sweep", node), BATCH_SECONDS)
+            for ws in self.caches.node_worker_statuses(node):
+                self.queue.later(("sweep", (ws.get("metadata") or {}).get("name", "")),
+                                 BATCH_SECONDS)
 
-    def on_worker_status(self, event: str | None, node: str, body: Mapping[str, Any]) -> None:
-        old = self.node_workers.pop(node, {})
+    def on_worker_status(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
+        old = self.gpu_lanes.pop(name, {})
         new = assignments(body) if event != "DELETED" else {}
         if event == "DELETED":
-            self.queue.forget(("sweep", node))
+            self.queue.forget(("sweep", name))
             if self.folds is not None:
                 uid = (body.get("metadata") or {}).get("uid", "")
                 self.folds.add(uid, ledger.workerstatus_tally(body))
         else:
-            self.node_workers[node] = new
-            self.queue.later(("sweep", node), SWEEP_SECONDS)
-        for namespace, name in sorted(changed_jobs(old, new)):
-            if self.caches.job(namespace, name) is not None:
-                self.queue.later(("job", namespace, name), BATCH_SECONDS)
-
-    def on_node(self, event: str | None, node: Mapping[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name", "")
-        if event == "DELETED":
-            self.nodes.pop(name, None)
-            self.queue.forget(("node", name))
-            return
-        seen = ((node.get("metadata") or {}).get("uid", ""), self.controller.gpus(node))
-        if self.nodes.get(name) != seen:
-            self.nodes[name] = seen
-            self.queue.kick(("node", name))
+            self.gpu_lanes[name] = new
+            self.queue.later(("sweep", name), SWEEP_SECONDS)
+        for namespace, job in sorted(changed_jobs(old, new)):
+            if self.caches.job(namespace, job) is not None:
+                self.queue.later(("job", namespace, job), BATCH_SECONDS)
 
     def on_peering(self, paused: bool) -> None:
         """A higher-priority peer paused this replica, or let it go: the caller stops the
@@ -266,9 +256,7 @@ class Runtime:
                 return await self._sync_job(*rest)
             if kind == "pod":
                 return await self._settle_pod(*rest)
-            if kind == "sweep":
-                return await self._sweep(*rest)
-            return await self._ensure_worker_status(*rest)
+            return await self._sweep(*rest)
 
     async def _sync_job(self, namespace: str, name: str) -> float | None:
         cached = self.caches.job(namespace, name)
@@ -313,24 +301,16 @@ class Runtime:
             self.queue.kick(("job", namespace, owner["name"]))
         return delay
 
-    async def _sweep(self, node: str) -> float | None:
-        ws = self.caches.worker_status(node)
+    async def _sweep(self, name: str) -> float | None:
+        ws = self.caches.worker_status(name)
         if ws is None:
             raise Gone
-        pods = self.caches.node_pods(node)
+        pods = self.caches.node_pods(workerstatus.node_of(ws))
         live = {(p.get("metadata") or {}).get("uid", ""): sweep_outcome(p) for p in pods}
         not_live = {(p.get("metadata") or {}).get("uid", ""): since for p in pods
                     if (since := api.pod_not_live_since(p)) is not None}
-        await asyncio.to_thread(self.controller.sweep, node, live, ws, not_live)
+        await asyncio.to_thread(self.controller.sweep, name, live, ws, not_live)
         return SWEEP_SECONDS
-
-    async def _ensure_worker_status(self, node: str) -> float | None:
-        if node not in self.nodes:
-            raise Gone
-        uid, gpus = self.nodes[node]
-        if gpus > 0 and self.caches.worker_status(node) is None:
-            await asyncio.to_thread(self.controller.ensure_worker_status, node, uid)
-        return None
 
     def _forget_job(self, namespace: str, name: str) -> None:
         self.queue.forget(("job", namespace, name))
@@ -347,6 +327,6 @@ def _describe(key: Hashable) -> str:
         kind = {"job": "sync of ProofJob", "pod": "settling pod"}.get(str(key[0]), str(key[0]))
         return f"{kind} {key[1]}/{key[2]}"
     if isinstance(key, tuple) and len(key) == 2:
-        kind = {"sweep": "worker sweep of", "node": "WorkerStatus of node"}.get(str(key[0]), "")
+        kind = {"sweep": "sweep of WorkerStatus"}.get(str(key[0]), "")
         return f"{kind} {key[1]}"
     return str(key)

@@ -1,17 +1,15 @@
-"""The operator's own list+watch streams of kuzk's partition pods, WorkerStatuses and Nodes.
+"""The operator's own list+watch streams of kuzk's partition pods and WorkerStatuses.
 
 Kopf runs one watch per resource and passes every event through its per-event machinery
 (about 4 ms of CPU each, some 20 events per partition); the operator needs none of it for
-these three: it keeps them in memory and tells ``kuzk.runtime`` what changed. So each is a
+these two: it keeps them in memory and tells ``kuzk.runtime`` what changed. So each is a
 lean ``kuzk.listwatch`` loop (bookmarks, resume from the last resourceVersion, a new list on
 410 Gone) into an ``kuzk.caches.Index``, and only the ProofJobs (and peering) stay Kopf's.
 
 What arrives is selected by the API server: partition pods by the labels ``kuzk.pods`` puts
 on them (``POD_SELECTOR``; per watched namespace, as Kopf's scope), and every WorkerStatus.
-Every Node arrives: a GPU node is recognised by its allocatable GPU resource or by the GPU
-feature discovery's count label (``kuzk.workerstatus.physical_gpus``), and no label selector
-can say the first. A Node's status changes seldom (the kubelet's heartbeat is a Lease), and
-it is kept slim: what ``physical_gpus`` reads, not its images or conditions.
+The operator watches no Nodes: a GPU's WorkerStatus is made by its first lane, and the
+garbage collector deletes it with its Node.
 
 A list replaces what its stream held: objects that changed or are new are delivered as
 events, objects gone (deleted while the stream was stopped or broken) as DELETED, so no ghost
@@ -36,8 +34,8 @@ from kuzk.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("kuzk.streams")
 
-PODS, WORKERSTATUSES, NODES = "pods", "workerstatuses", "nodes"
-RESOURCES = (PODS, WORKERSTATUSES, NODES)
+PODS, WORKERSTATUSES = "pods", "workerstatuses"
+RESOURCES = (PODS, WORKERSTATUSES)
 POD_SELECTOR = f"{api.LABEL_MANAGED_BY}={api.MANAGER},{api.LABEL_JOB}"
 Deliver = Callable[[str, Body], None]
 Identity = tuple[str, str]
@@ -51,25 +49,12 @@ class Receiver(Protocol):
     def on_worker_status(self, event: str | None, name: str,
                          body: Mapping[str, Any]) -> None: ...
 
-    def on_node(self, event: str | None, node: Mapping[str, Any]) -> None: ...
-
     def on_listed(self, replay: Callable[[], None]) -> None: ...
 
 
 def identity(body: Mapping[str, Any]) -> Identity:
     meta = body.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
-
-
-def slim_node(node: Mapping[str, Any]) -> Body:
-    """A Node as the operator keeps it: its identity and labels, and its GPU amounts."""
-    meta = node.get("metadata") or {}
-    status = node.get("status") or {}
-    return {
-        "metadata": {k: meta[k] for k in ("name", "uid", "labels", "resourceVersion")
-                     if k in meta},
-        "status": {k: status[k] for k in ("allocatable", "capacity") if k in status},
-    }
 
 
 def by_name(body: Body) -> dict[Hashable, Body]:
@@ -84,9 +69,8 @@ class Stream:
     resource: str
     path: str
     query: dict[str, str]
-    index: Index | None
+    index: Index
     deliver: Deliver
-    keep: Callable[[Mapping[str, Any]], Body] = slim
     namespace: str | None = None
     metrics: OperatorMetrics | None = None
     on_first_list: Callable[[], None] = lambda: None
@@ -99,7 +83,7 @@ class Stream:
 
     # --- kuzk.listwatch.Sink --------------------------------------------------------------
     def listed(self, items: list[Body]) -> None:
-        fresh = {identity(item): self.keep(item) for item in items}
+        fresh = {identity(item): slim(item) for item in items}
         gone = [key for key in self.objects if key not in fresh]
         for key in gone:
             self._count("DELETED")
@@ -120,10 +104,10 @@ class Stream:
         self._count(kind)
         key = identity(item)
         if kind == "DELETED":
-            self.objects[key] = self.keep(item)
+            self.objects[key] = slim(item)
             self._delete(key)
         else:
-            self._put(key, self.keep(item), kind)
+            self._put(key, slim(item), kind)
 
     def connected(self) -> None:
         return None
@@ -135,14 +119,12 @@ class Stream:
     # --- the index ------------------------------------------------------------------------
     def _put(self, key: Identity, body: Body, kind: str) -> None:
         self.objects[key] = body
-        if self.index is not None:
-            self.index.put(key, body)
+        self.index.put(key, body)
         self.deliver(kind, body)
 
     def _delete(self, key: Identity) -> None:
         body = self.objects.pop(key)
-        if self.index is not None:
-            self.index.remove(key)
+        self.index.remove(key)
         self.deliver("DELETED", body)
 
     def _count(self, kind: str) -> None:
@@ -172,7 +154,7 @@ class Streams:
         crd = f"/apis/{api.GROUP}/{api.VERSION}"
         pod_scopes: list[str | None] = list(namespaces) or [None]
 
-        def stream(resource: str, path: str, index: Index | None, deliver: Deliver,
+        def stream(resource: str, path: str, index: Index, deliver: Deliver,
                    query: dict[str, str], **more: Any) -> Stream:
             return Stream(resource, path, query, index, deliver, metrics=metrics,
                           on_first_list=self._check, **more)
@@ -186,7 +168,6 @@ class Streams:
               for ns in pod_scopes),
             stream(WORKERSTATUSES, f"{crd}/{api.WORKERSTATUS_PLURAL}", worker_statuses,
                    on_worker_status, {}),
-            stream(NODES, "/api/v1/nodes", None, runtime.on_node, {}, keep=slim_node),
         ]
 
     @property

@@ -1,20 +1,22 @@
 """The WorkerStatus write protocol: every write about a GPU worker is a compare-and-swap.
 
 The engine kuzk replaces kept worker state in memory, and a late finalizer marked a worker idle
-while it was proving the next partition. Here a worker's state lives in its node's
-WorkerStatus (the typed model ``kuzk.workerstatus``), and every write names the pod it is
-about and is made the same way: GET the object, decide from what it says (pure ``decide_*``
-functions, unit-tested without a cluster), then replace ``/status`` carrying the
-``resourceVersion`` that was read; on 409 read and decide again. A write about something the
-pod no longer holds is stale: it is refused, logged, and counted in the WorkerStatus's
-``status.staleWritesRejected``, which the status server sums into
-``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
+while it was proving the next partition. Here a worker's state lives in its GPU's
+WorkerStatus (the typed model ``kuzk.workerstatus``: one object per physical GPU, named
+``<node>-<GPU id>``), and every write names the pod it is about and is made the same way: GET
+the object, decide from what it says (pure ``decide_*`` functions, unit-tested without a
+cluster), then replace ``/status`` carrying the ``resourceVersion`` that was read; on 409 read
+and decide again. Only the lanes of one GPU write one object, so a write conflicts only with
+the lanes it shares its GPU with. A write about something the pod no longer holds is stale: it
+is refused, logged, and counted in the WorkerStatus's ``status.staleWritesRejected``, which the
+status server sums into ``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
 
 A GPU carries lanes (pods on the same GPU through time-slicing replicas); one lane at most
-holds its GPU phase. A prover ``join``s its GPU's lanes when it starts, reports its stages,
-``acquire``s the GPU phase when its synthesis is done (waiting on a watch of the object while
-another lane holds it), gives it up with ``release_gpu`` as soon as its GPU work is done,
-and ``leave``s when it exits. A lane writes only when it moves: no write says that it is
+holds its GPU phase. A prover ``join``s its GPU's lanes when it starts (creating the GPU's
+WorkerStatus if it is the first: only the prover knows which GPU it was given), reports its
+stages, ``acquire``s the GPU phase when its synthesis is done (waiting on a watch of the object
+while another lane holds it), gives it up with ``release_gpu`` as soon as its GPU work is
+done, and ``leave``s when it exits. A lane writes only when it moves: no write says that it is
 alive. The operator's finalizer ``release`` and its ``sweep`` remove the lane (and the GPU
 phase with it) of a pod that is gone or ended, and only of that pod; the sweep also marks the
 lanes whose pod is running but not live (its prover's probes fail: ``api.
@@ -29,17 +31,18 @@ Choices the callers rely on:
   when its pod is gone: the prover cannot see pods, the operator can. A hung holder keeps it
   until its pod's liveness probe has the prover killed: then the pod ends and the finalizer
   release frees the GPU phase.
-* The prover's writes (by ``Assignment``) are about a lane it joined: a stage or leave of a
-  lane that is gone, and a ``release_gpu`` of a lane that does not hold the GPU
-  phase (another lane took it since), are stale. The operator's finalizer release (by
-  ``PodRef``) knows nothing of lanes: for a pod without a lane (its prover left, or it never
-  joined) it is nothing to do, neither written nor counted, unless the sweep took the GPU
-  phase from that pod while it held it (``previousPodUIDs``).
+* The prover's writes (by ``Assignment``, to the WorkerStatus its ``join`` named) are about a
+  lane it joined: a stage or leave of a lane that is gone, and a ``release_gpu`` of a lane
+  that does not hold the GPU phase (another lane took it since), are stale. The operator's
+  finalizer release (by ``PodRef`` and node) knows nothing of lanes or GPUs: it writes the
+  node's WorkerStatus that has the pod's lane, or that remembers the sweep took the GPU phase
+  from that pod (``previousPodUIDs``: stale); for a pod without either it is nothing to do,
+  neither written nor counted.
 * ``claim`` is ``join`` and then ``acquire`` for a prover that holds its GPU for its whole
   run (``release`` by its Assignment is then ``leave``).
-* A missing WorkerStatus makes the prover's writes raise ``WorkerStatusMissing`` (the prover
-  waits for the operator to create it); ``release`` and ``sweep`` treat it as nothing to do,
-  so a pod's finalizer never sticks.
+* A WorkerStatus that is gone makes the prover's writes after ``join`` raise
+  ``WorkerStatusMissing`` (its node is being deleted); ``release`` and ``sweep`` treat it as
+  nothing to do, so a pod's finalizer never sticks.
 """
 
 from __future__ import annotations
@@ -70,18 +73,22 @@ from kuzk.workerstatus import (
     PodRef,
     Worker,
     WorkerStatusModel,
+    gpu_id,
     lane_priority,
+    legacy,
     parse,
+    worker_status_name,
 )
 
 log = logging.getLogger("kuzk.workers")
 
 T = TypeVar("T")
 
-# How long a write keeps trying through continuous 409s. With lanes a node's WorkerStatus has
-# GPUs x lanes writers; on a loaded API server a write may need many tries (24 writers on two
-# cores: a join's p99 was 12 s, and a 10 s budget gave 1 write up in 99 partitions), and a
-# prover waits for its write anyway, so the budget is generous.
+# How long a write keeps trying through continuous 409s. A GPU's WorkerStatus has as many
+# writers as the GPU has lanes; on a loaded API server a write may still need many tries (when
+# one object held a node's 8 GPUs x 3 lanes, a join's p99 was 12 s on two cores, and a 10 s
+# budget gave 1 write up in 99 partitions), and a prover waits for its write anyway, so the
+# budget is generous.
 CONFLICT_BUDGET_S = 30.0
 BACKOFF_BASE_S = 0.005
 BACKOFF_CAP_S = 0.25
@@ -107,7 +114,7 @@ __all__ = [
 
 
 class WorkerStatusMissing(LookupError):
-    """The node's WorkerStatus does not exist (not created yet, or its node is gone)."""
+    """The WorkerStatus does not exist (not created yet, or its node is gone)."""
 
 
 class WorkerWriteConflict(RuntimeError):
@@ -214,7 +221,7 @@ def _refuse(
     model: WorkerStatusModel, operation: str, who: Assignment | PodRef, now: datetime
 ) -> WriteDecision[Any]:
     held = "; ".join(_describe_worker(w) for w in model.workers) or "no workers"
-    note = f"refused stale {operation} of {describe(who)}: the node's workers hold: {held}"
+    note = f"refused stale {operation} of {describe(who)}: the workers hold: {held}"
     return WriteDecision(_write(model, model, now, stale=1), False, operation, (note,))
 
 
@@ -236,7 +243,7 @@ def decide_join(
     found = _lane_of(model, assignment.pod_uid)
     if found is not None:
         return WriteDecision(None, found[0].id)
-    worker = model.worker_of_gpu(gpu.uuid) or Worker(id=model.new_worker_id(), gpu=gpu)
+    worker = model.worker_of_gpu(gpu.uuid) or Worker(id=gpu_id(gpu.uuid), gpu=gpu)
     known = worker.gpu
     worker = replace(
         worker,
@@ -413,13 +420,13 @@ def decide_sweep(
 # --- guarded writes ----------------------------------------------------------------------
 def _guarded(
     api: client.ApiClient,
-    node: str,
+    name: str,
     decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
     budget_s: float,
     clock: Clock,
 ) -> tuple[T, str]:
     objects = client.CustomObjectsApi(api)
-    where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, node)
+    where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name)
     conflicts, deadline = 0, 0.0
     while True:
         try:
@@ -441,7 +448,7 @@ def _guarded(
                 version = str((written.get("metadata") or {}).get("resourceVersion") or "")
         except ApiException as error:
             if error.status == 404:
-                msg = f"WorkerStatus {node} does not exist"
+                msg = f"WorkerStatus {name} does not exist"
                 raise WorkerStatusMissing(msg) from None
             if error.status != 409:
                 raise
@@ -449,18 +456,18 @@ def _guarded(
             if conflicts == 1:
                 deadline = clock.monotonic() + budget_s
             elif clock.monotonic() >= deadline:
-                msg = f"WorkerStatus {node}: still conflicting after {conflicts} tries"
+                msg = f"WorkerStatus {name}: still conflicting after {conflicts} tries"
                 raise WorkerWriteConflict(msg) from None
             clock.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**conflicts)))
             continue
         for note in decision.notes:
-            log.info("WorkerStatus %s: %s", node, note)
+            log.info("WorkerStatus %s: %s", name, note)
         return decision.result, version
 
 
 def guarded_write(
     api: client.ApiClient,
-    node: str,
+    name: str,
     decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
     *,
     budget_s: float = CONFLICT_BUDGET_S,
@@ -469,39 +476,52 @@ def guarded_write(
     """The one way kuzk writes a WorkerStatus: GET, ``decide(status)``, replace ``/status``
     with the resourceVersion that was read; on 409 Conflict back off (full jitter) and start
     over, until ``budget_s`` seconds of continuous conflict raise WorkerWriteConflict."""
-    return _guarded(api, node, decide, budget_s, clock)[0]
+    return _guarded(api, name, decide, budget_s, clock)[0]
 
 
 def join(
     api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM,
-    memory: Memory | None = None,
+    memory: Callable[[], Memory | None] = lambda: None,
 ) -> str:
-    """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``; return the worker ID.
-    ``memory`` (here and in the other lane writes): what the lane's prover holds now.
+    """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``, in the GPU's
+    WorkerStatus, which the first lane of the GPU creates (``create_worker_status``); return
+    the WorkerStatus's name, where the lane's other writes go. ``memory`` is asked before
+    each decision (so that a join which had to create the object first carries what the
+    prover holds when it writes); in the other lane writes ``memory`` is what the prover
+    holds now.
 
-    Raises WorkerStatusMissing when the node's WorkerStatus does not exist yet."""
-    return guarded_write(
-        api, node, lambda s: decide_join(s, gpu, assignment, clock.now(), memory), clock=clock)
+    Raises WorkerStatusMissing when the node does not exist."""
+    name = worker_status_name(node, gpu.uuid)
+
+    def decide(status: Mapping[str, Any]) -> WriteDecision[str]:
+        return decide_join(status, gpu, assignment, clock.now(), memory())
+
+    try:
+        guarded_write(api, name, decide, clock=clock)
+    except WorkerStatusMissing:
+        create_worker_status(api, node, gpu)
+        guarded_write(api, name, decide, clock=clock)
+    return name
 
 
 def stage(
-    api: client.ApiClient, node: str, assignment: Assignment, stage: str, *, clock: Clock = SYSTEM,
-    memory: Memory | None = None,
+    api: client.ApiClient, name: str, assignment: Assignment, stage: str, *,
+    clock: Clock = SYSTEM, memory: Memory | None = None,
 ) -> bool:
-    """Set the stage of ``assignment``'s lane; False when the write is stale."""
+    """Set the stage of ``assignment``'s lane in WorkerStatus ``name``; False when stale."""
     return guarded_write(
-        api, node, lambda s: decide_stage(s, assignment, stage, clock.now(), memory),
+        api, name, lambda s: decide_stage(s, assignment, stage, clock.now(), memory),
         clock=clock)
 
 
 def wait_for_change(
     api: client.ApiClient,
-    node: str,
+    name: str,
     version: str,
     timeout_s: float,
     until: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> None:
-    """Return when ``node``'s WorkerStatus changes after ``version`` (into a status for which
+    """Return when WorkerStatus ``name`` changes after ``version`` (into a status for which
     ``until`` holds, when given), or after ``timeout_s``: a watch of that one object, no
     polling, and no request per change that does not matter to the caller."""
     objects = client.CustomObjectsApi(api)
@@ -512,7 +532,7 @@ def wait_for_change(
             kapi.GROUP,
             kapi.VERSION,
             kapi.WORKERSTATUS_PLURAL,
-            field_selector=f"metadata.name={node}",
+            field_selector=f"metadata.name={name}",
             resource_version=version,
             timeout_seconds=max(1, int(timeout_s)),
             _request_timeout=(_TIMEOUTS[0], timeout_s + 10.0),
@@ -537,7 +557,7 @@ def _decide_acquire_now(
 
 def acquire(
     api: client.ApiClient,
-    node: str,
+    name: str,
     assignment: Assignment,
     *,
     wait_s: float | None = None,
@@ -552,7 +572,7 @@ def acquire(
     deadline = None if wait_s is None else clock.monotonic() + wait_s
     while True:
         result, version = _guarded(
-            api, node, partial(_decide_acquire_now, assignment=assignment, clock=clock,
+            api, name, partial(_decide_acquire_now, assignment=assignment, clock=clock,
                                memory=memory()),
             CONFLICT_BUDGET_S, clock,
         )
@@ -567,16 +587,16 @@ def acquire(
             # server again only once the decision on what the watch shows would change.
             return decide_acquire(status, assignment, clock.now()).result is not Acquired.WAITING
 
-        wait_for_change(api, node, version, left, decided)
+        wait_for_change(api, name, version, left, decided)
 
 
 def release_gpu(
-    api: client.ApiClient, node: str, assignment: Assignment, *, clock: Clock = SYSTEM,
+    api: client.ApiClient, name: str, assignment: Assignment, *, clock: Clock = SYSTEM,
     memory: Memory | None = None,
 ) -> bool:
     """Give up the GPU phase ``assignment``'s lane holds; False when the write is stale."""
     return guarded_write(
-        api, node, lambda s: decide_release_gpu(s, assignment, clock.now(), memory),
+        api, name, lambda s: decide_release_gpu(s, assignment, clock.now(), memory),
         clock=clock)
 
 
@@ -590,76 +610,138 @@ def claim(
     clock: Clock = SYSTEM,
 ) -> str:
     """``join`` and ``acquire``: for a prover that holds its GPU for its whole run. Returns
-    the worker ID once the GPU phase is held (or ``wait_s`` has passed)."""
-    worker_id = join(api, node, gpu, assignment, clock=clock)
-    acquire(api, node, assignment, wait_s=wait_s, clock=clock)
-    return worker_id
+    the WorkerStatus's name once the GPU phase is held (or ``wait_s`` has passed)."""
+    name = join(api, node, gpu, assignment, clock=clock)
+    acquire(api, name, assignment, wait_s=wait_s, clock=clock)
+    return name
+
+
+def node_worker_statuses(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """The WorkerStatuses of ``node`` (its GPUs', and a legacy one of its own): one LIST by
+    the CRD's selectable field ``spec.nodeName``."""
+    listed = client.CustomObjectsApi(api).list_cluster_custom_object(
+        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL,
+        field_selector=f"spec.nodeName={node}", _request_timeout=_TIMEOUTS,
+    )
+    return list(cast(dict[str, Any], listed).get("items") or [])
+
+
+def _concerns(worker_status: Mapping[str, Any], uid: str) -> bool:
+    """Whether the pod ``uid`` has a lane in the WorkerStatus, or the sweep took its GPU
+    phase from it (a release about it is stale there)."""
+    model = parse(worker_status.get("status"))
+    return model.worker_of_pod(uid) is not None or any(
+        uid in w.previous_pod_uids for w in model.workers)
 
 
 def release(
-    api: client.ApiClient, node: str, who: Assignment | PodRef, outcome: WorkerOutcome,
+    api: client.ApiClient, node: str, pod: PodRef, outcome: WorkerOutcome,
     *, clock: Clock = SYSTEM,
 ) -> bool:
-    """Remove ``who``'s lane on ``node`` (and the GPU phase with it); True if it did.
+    """The finalizer's release: remove ``pod``'s lane on ``node`` (and the GPU phase with
+    it) in the node's WorkerStatus that has it; True if it did.
 
-    False when it was already gone, when the write is stale (refused and counted), or when
-    the WorkerStatus is gone: then there is nothing to release and a finalizer may go."""
-    try:
-        return guarded_write(
-            api, node, lambda s: decide_release(s, who, outcome, clock.now()), clock=clock)
-    except WorkerStatusMissing:
-        log.info("no WorkerStatus %s: nothing to release for %s", node, describe(who))
-        return False
+    False when no WorkerStatus of the node concerns the pod (it left, or never joined), when
+    the write is stale (refused and counted), or when the WorkerStatus is gone: then there is
+    nothing to release and a finalizer may go."""
+    for found in node_worker_statuses(api, node):
+        if not _concerns(found, pod.uid):
+            continue
+        name = str((found.get("metadata") or {}).get("name") or "")
+        try:
+            return guarded_write(
+                api, name, lambda s: decide_release(s, pod, outcome, clock.now()), clock=clock)
+        except WorkerStatusMissing:
+            break
+    log.info("node %s: %s holds no lane: nothing to release", node, describe(pod))
+    return False
 
 
 def leave(
-    api: client.ApiClient, node: str, assignment: Assignment, outcome: WorkerOutcome,
+    api: client.ApiClient, name: str, assignment: Assignment, outcome: WorkerOutcome,
     *, clock: Clock = SYSTEM,
 ) -> bool:
-    """The prover's own ``release`` of its lane when it exits."""
-    return release(api, node, assignment, outcome, clock=clock)
+    """The prover's own release of its lane in WorkerStatus ``name`` when it exits; False
+    when the lane was gone (stale: refused and counted) or the WorkerStatus is."""
+    try:
+        return guarded_write(
+            api, name, lambda s: decide_leave(s, assignment, outcome, clock.now()), clock=clock)
+    except WorkerStatusMissing:
+        log.info("no WorkerStatus %s: nothing to leave for %s", name, describe(assignment))
+        return False
 
 
 def sweep(
     api: client.ApiClient,
-    node: str,
+    name: str,
     live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
     not_live: Mapping[str, datetime] | None = None,
     *,
     clock: Clock = SYSTEM,
 ) -> list[Released]:
-    """Remove (guarded) the lanes of ``node`` as ``decide_sweep`` says (those whose pod is
-    gone, or ended without its finalizer in charge), and mark the lanes whose pod is not
-    live."""
+    """Remove (guarded) the lanes of WorkerStatus ``name`` as ``decide_sweep`` says (those
+    whose pod is gone, or ended without its finalizer in charge), and mark the lanes whose
+    pod is not live."""
     try:
         return guarded_write(
-            api, node, lambda s: decide_sweep(s, live_pods, now, not_live), clock=clock,
+            api, name, lambda s: decide_sweep(s, live_pods, now, not_live), clock=clock,
         )
     except WorkerStatusMissing:
         return []
 
 
-def ensure_worker_status(api: client.ApiClient, node_name: str, node_uid: str) -> bool:
-    """Create ``node_name``'s WorkerStatus, owned by the Node (so the garbage collector
-    deletes it with the node), if absent. True if this call created it."""
+def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
+    """Create the WorkerStatus of ``gpu`` on ``node`` if absent, owned by the Node (so the
+    garbage collector deletes it with the node); True if this call created it (False: a lane
+    of the same GPU did first). Raises WorkerStatusMissing when the node does not exist."""
+    try:
+        meta = client.CoreV1Api(api).read_node(node, _request_timeout=_TIMEOUTS).metadata
+    except ApiException as error:
+        if error.status == 404:
+            msg = f"node {node} does not exist"
+            raise WorkerStatusMissing(msg) from None
+        raise
     body = {
         "apiVersion": kapi.API_VERSION,
         "kind": kapi.WORKERSTATUS_KIND,
         "metadata": {
-            "name": node_name,
+            "name": worker_status_name(node, gpu.uuid),
             "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": meta.uid if meta else ""}
             ],
         },
-        "spec": {"nodeName": node_name},
+        "spec": {"nodeName": node, "gpu": gpu.as_status()},
     }
     try:
         client.CustomObjectsApi(api).create_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body,
+            _request_timeout=_TIMEOUTS,
         )
     except ApiException as error:
         if error.status == 409:
+            return False
+        raise
+    return True
+
+
+def retire_legacy(api: client.ApiClient, worker_status: Mapping[str, Any]) -> bool:
+    """Delete a legacy WorkerStatus (``workerstatus.legacy``) that no lane is on any more, with
+    preconditions on its UID and resourceVersion (a write since keeps it); its counters go to
+    the ledger with its deletion, as any WorkerStatus's do. True if this call deleted it."""
+    meta = worker_status.get("metadata") or {}
+    workers = parse(worker_status.get("status")).workers
+    if not legacy(worker_status) or any(w.lanes for w in workers):
+        return False
+    try:
+        client.CustomObjectsApi(api).delete_cluster_custom_object(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, str(meta.get("name") or ""),
+            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
+                uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))),
+            _request_timeout=_TIMEOUTS,
+        )
+    except ApiException as error:
+        if error.status in (404, 409):
             return False
         raise
     return True

@@ -1,7 +1,11 @@
 """The one typed model of a WorkerStatus, read and written by the prover, the operator and the
 status server alike.
 
-A node's WorkerStatus has one worker per physical GPU (keyed by its UUID). A GPU carries
+A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``), named
+``<node>-<GPU id>`` (``worker_status_name``): its status lists that one worker, so no object
+is written by more lanes than share one GPU. A WorkerStatus of a release before per-GPU
+objects (``legacy``: no ``spec.gpu``, named after its node) lists every GPU of its node; the
+model reads both alike, and the operator retires the old kind once its lanes are gone. A GPU carries
 lanes: the partition pods the device plugin's time-slicing replicas put on it, in arrival
 order. At most one lane holds the GPU phase (``holder``); the others start, synthesize, wait
 for the GPU or commit on the CPU meanwhile. What the API server stores is the ``to_status``
@@ -28,6 +32,7 @@ write, whoever makes it, accounts a GPU's time by the same rule (``Worker.mode``
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -338,7 +343,7 @@ class Worker:
 
 @dataclass(frozen=True)
 class WorkerStatusModel:
-    """The ``status`` of a node's WorkerStatus."""
+    """The ``status`` of a WorkerStatus: its one GPU's worker (a legacy one: its node's)."""
 
     workers: tuple[Worker, ...] = ()
     stale_writes_rejected: int = 0
@@ -359,11 +364,6 @@ class WorkerStatusModel:
             return replace(self, workers=(*self.workers, worker))
         workers = tuple(worker if w.id == worker.id else w for w in self.workers)
         return replace(self, workers=workers)
-
-    def new_worker_id(self) -> str:
-        """The lowest free ``W<k>``."""
-        used = {w.id for w in self.workers}
-        return next(f"W{k}" for k in range(len(self.workers) + 1) if f"W{k}" not in used)
 
     def as_status(self, now: datetime) -> dict[str, Any]:
         """The stored form, with the counts the printer columns show."""
@@ -471,6 +471,34 @@ def parse(status: Mapping[str, Any] | None, fallback: datetime | None = None) ->
     )
 
 
+def gpu_id(uuid: str) -> str:
+    """The ID of the worker that drives the GPU ``uuid``: 8 hex digits of its SHA-256, the
+    same on every write and every node, and safe in an object name whatever the UUID holds."""
+    return hashlib.sha256(uuid.encode()).hexdigest()[:8]
+
+
+_NAME_MAX = 253
+
+
+def worker_status_name(node: str, uuid: str) -> str:
+    """The name of the WorkerStatus of GPU ``uuid`` on ``node``: ``<node>-<gpu_id>`` (the
+    node's name cut so that the whole stays a DNS subdomain)."""
+    suffix = f"-{gpu_id(uuid)}"
+    return node[: _NAME_MAX - len(suffix)].rstrip(".-") + suffix
+
+
+def legacy(worker_status: Mapping[str, Any]) -> bool:
+    """Whether a WorkerStatus is of a release before per-GPU objects: one per node, named
+    after it, without ``spec.gpu``."""
+    return "gpu" not in (worker_status.get("spec") or {})
+
+
+def node_of(worker_status: Mapping[str, Any]) -> str:
+    """The node a WorkerStatus is on."""
+    return str((worker_status.get("spec") or {}).get("nodeName")
+               or (worker_status.get("metadata") or {}).get("name", ""))
+
+
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
@@ -485,8 +513,8 @@ def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
 
 def physical_gpus(node: Mapping[str, Any], gpu_resource: str, workers: int = 0) -> int:
     """How many physical GPUs a node has, never counting time-slicing replicas: the GPU
-    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatus
-    lists, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
+    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatuses
+    list, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
     labels = (node.get("metadata") or {}).get("labels") or {}
     counted = _label_int(labels, GPU_COUNT_LABEL)
     if counted is not None:
@@ -538,8 +566,12 @@ __all__ = [
     "Worker",
     "WorkerState",
     "WorkerStatusModel",
+    "gpu_id",
     "gpu_time_mode",
     "lane_priority",
+    "legacy",
+    "node_of",
     "parse",
     "physical_gpus",
+    "worker_status_name",
 ]

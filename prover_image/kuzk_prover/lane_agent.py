@@ -118,12 +118,12 @@ class LaneAgent:
         if got is Acquired.GRANTED:
             self.holding = True
             return ""
-        worker = self.reporter.worker_id
+        worker = self.reporter.worker_status
         if got is Acquired.WAITING:
-            msg = (f"acquire: another lane held the GPU phase of worker {worker} for"
+            msg = (f"acquire: another lane held the GPU phase of WorkerStatus {worker} for"
                    f" {self.reporter.gpu_wait:.0f} s")
         elif got is Acquired.GONE:
-            msg = (f"acquire: this lane was removed from worker {worker} (the operator's"
+            msg = (f"acquire: this lane was removed from WorkerStatus {worker} (the operator's"
                    " release or sweep)")
         else:
             msg = (f"acquire: no lane to hold the GPU phase with on {self.reporter.node} (it"

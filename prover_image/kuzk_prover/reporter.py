@@ -53,7 +53,8 @@ _NOT_A_DEVICE = ("", "all", "none", "void")
 # How long one write of the prover keeps trying through an API outage (refused connections,
 # 5xx, 429) before the prover proves on without status; its backoff between tries.
 OUTAGE_BUDGET_S = 30.0
-# How long a new pod waits for the operator to create its node's WorkerStatus.
+# How long a new pod's join tries again while its Node cannot be found (the first lane of a GPU
+# creates the GPU's WorkerStatus, owned by the Node).
 JOIN_WAIT_S = 10.0
 # How long a lane waits for its GPU's phase before it proves without it. A holder whose pod
 # died or hung is freed by the operator's finalizer release once its pod has ended (a hung
@@ -142,7 +143,7 @@ class ProverReporter:
         self.gpu_wait = gpu_wait
         self.visible_devices = visible_devices
         self.outage_budget = outage_budget
-        self.worker_id: str | None = None
+        self.worker_status: str | None = None  # the WorkerStatus (the GPU) it joined
         self._lock = threading.Lock()
         self._released = False
         self._gone = False  # a write found the lane removed: nothing is left to leave
@@ -206,21 +207,27 @@ class ProverReporter:
             return Gpu(first)
         return Gpu(f"CPU-{self.node}", "cpu")
 
+    def _name(self) -> str:
+        """The WorkerStatus the lane's writes after ``join`` go to."""
+        assert self.worker_status is not None
+        return self.worker_status
+
     def measure(self, allocating: int = 0) -> Memory:
         """What the prover holds now, and the device memory it allocates right after
         (``allocating``), for the write it is about to make."""
         return Memory(self.host_memory(), self.device_memory() + allocating)
 
     def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
-        """Join this pod's GPU's lanes, waiting up to ``wait_s`` for the operator to create
-        the node's WorkerStatus and up to ``outage_budget`` through transient errors. Raises
+        """Join this pod's GPU's lanes (creating the GPU's WorkerStatus if this is its first
+        lane), waiting up to ``wait_s`` while its node is not there yet and up to
+        ``outage_budget`` through transient errors. Returns the WorkerStatus's name; raises
         what the last try raised."""
         gpu = self.gpu(device)
-        self.worker_id = self._persist(
-            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure()),
+        self.worker_status = self._persist(
+            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure),
             missing_s=wait_s,
         )
-        return self.worker_id
+        return self.worker_status
 
     def join_or_go_on(self, device: Gpu | None = None) -> None:
         """``join``, best effort: a proof is worth more than its status line, and the
@@ -232,14 +239,14 @@ class ProverReporter:
             log.warning("could not join the GPU's lanes on %s (%s): proving on without worker"
                         " status", self.node, brief(exc))
             return
-        log.info("joined the lanes of worker %s on %s", worker, self.node)
+        log.info("joined the lanes of WorkerStatus %s on %s", worker, self.node)
 
     def on_stage(self, stage_name: str) -> None:
         """Report a stage of the lane: synthesizing and synth_done are written; gpu and
         committing are written by ``gpu_phase``'s acquire and release."""
         if stage_name not in _STAGE_WRITES:
             return
-        self._write("stage", lambda: stage(self.api, self.node, self.assignment, stage_name,
+        self._write("stage", lambda: stage(self.api, self._name(), self.assignment, stage_name,
                                            memory=self.measure()))
 
     @contextlib.contextmanager
@@ -261,12 +268,12 @@ class ProverReporter:
         (the lane was removed), or None when there is no lane to write (never joined, or
         quiet) or the writes kept failing. The write that takes the phase carries the
         ``device_bytes`` the phase allocates right after it: the holder's device memory."""
-        if self._quiet.is_set() or self.worker_id is None:
+        if self._quiet.is_set() or self.worker_status is None:
             return None
         started = time.monotonic()
         result = self._best_effort(
             "acquire",
-            lambda: acquire(self.api, self.node, self.assignment, wait_s=self.gpu_wait,
+            lambda: acquire(self.api, self._name(), self.assignment, wait_s=self.gpu_wait,
                             memory=lambda: self.measure(device_bytes)),
             "acquiring the GPU phase",
             "proving on without it",
@@ -275,13 +282,14 @@ class ProverReporter:
             return None
         waited = time.monotonic() - started
         if result is Acquired.GRANTED:
-            log.info("holds the GPU phase of worker %s (waited %.2f s)", self.worker_id, waited)
+            log.info("holds the GPU phase of WorkerStatus %s (waited %.2f s)",
+                     self.worker_status, waited)
         elif result is Acquired.GONE:
             self._lost_lane()
         else:
             log.warning(
-                "the GPU phase of worker %s stayed held for %.0f s: proving without it",
-                self.worker_id,
+                "the GPU phase of WorkerStatus %s stayed held for %.0f s: proving without it",
+                self.worker_status,
                 waited,
             )
         return result
@@ -290,7 +298,7 @@ class ProverReporter:
         """Give up the GPU's phase this lane holds (best effort, like every write)."""
         given = self._best_effort(
             "GPU release",
-            lambda: release_gpu(self.api, self.node, self.assignment, memory=self.measure()),
+            lambda: release_gpu(self.api, self._name(), self.assignment, memory=self.measure()),
             "giving up the GPU phase",
             "the operator's finalizer release will",
         )
@@ -306,13 +314,13 @@ class ProverReporter:
         join, or a second time, it writes nothing. A failure is logged, never raised: the
         operator's finalizer release repairs it."""
         with self._lock:
-            if self._released or self._gone or self.worker_id is None:
+            if self._released or self._gone or self.worker_status is None:
                 return False
             self._released = True
         self._quiet.set()
         left = self._best_effort(
             "leave",
-            lambda: leave(self.api, self.node, self.assignment, outcome),
+            lambda: leave(self.api, self._name(), self.assignment, outcome),
             "release",
             "the operator's finalizer release will do it",
         )
@@ -355,7 +363,7 @@ class ProverReporter:
             except WorkerStatusMissing:
                 if time.monotonic() - start + delay > missing_s:
                     raise
-                log.info("WorkerStatus %s not there yet; %s again", self.node, what)
+                log.info("WorkerStatus or node %s not there yet; %s again", self.node, what)
             except (ApiException, HTTPError, OSError) as error:
                 # A kube-apiserver that has just come back may answer 403 until its RBAC
                 # caches have synced (kubernetes#121635), so after a transient failure a 403
@@ -385,7 +393,7 @@ class ProverReporter:
             delay = min(delay * 2, RETRY_CAP_S)
 
     def _write(self, what: str, write: Callable[[], bool]) -> None:
-        if self._quiet.is_set() or self.worker_id is None:
+        if self._quiet.is_set() or self.worker_status is None:
             return
         try:
             held = self._persist(what, write, quiet=self._quiet)
@@ -399,11 +407,11 @@ class ProverReporter:
                 return
             log.warning(
                 "%s of %s failed (%s): proving on without worker status; the operator's"
-                " finalizer release repairs worker %s on %s",
+                " finalizer release repairs WorkerStatus %s on %s",
                 what,
                 describe(self.assignment),
                 brief(error),
-                self.worker_id,
+                self.worker_status,
                 self.node,
             )
             return

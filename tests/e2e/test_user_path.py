@@ -141,7 +141,7 @@ def jobs(r: Release) -> list[dict[str, Any]]:
 def workerstatuses(r: Release, *, ours: bool = True) -> list[dict[str, Any]]:
     items = client.CustomObjectsApi(r.cluster.api).list_cluster_custom_object(
         api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)["items"]
-    return [ws for ws in items if ws["metadata"]["name"] in r.kubelet.nodes or not ours]
+    return [ws for ws in items if ws["spec"]["nodeName"] in r.kubelet.nodes or not ours]
 
 
 def stale_writes(r: Release) -> int:
@@ -352,9 +352,11 @@ def test_2_every_example_succeeds_and_status_agrees(release: Release) -> None:
     assert got[0].split() == _printer_header(api.PROOFJOB_KIND)
     assert sorted(line.split()[0] for line in got[1:]) == names
     assert all(line.split()[4] == "Succeeded" for line in got[1:])
-    got = r.cluster.kubectl("get", "ws", *sorted(r.kubelet.nodes)).stdout.splitlines()
+    ours = sorted(ws["metadata"]["name"] for ws in workerstatuses(r))
+    got = r.cluster.kubectl("get", "ws", *ours).stdout.splitlines()
     assert got[0].split() == _printer_header(api.WORKERSTATUS_KIND)
-    assert sorted(line.split()[0] for line in got[1:]) == sorted(r.kubelet.nodes)
+    assert sorted(line.split()[0] for line in got[1:]) == ours
+    assert {line.split()[1] for line in got[1:]} <= set(r.kubelet.nodes), "one per GPU"
 
     # Every partition pod pulls with the release's secrets and the prover's, in that order.
     for j in pj:

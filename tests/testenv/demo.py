@@ -117,7 +117,7 @@ def worker_lines(custom: client.CustomObjectsApi) -> list[str]:
                 f"{lane.job.name} P{lane.partition} {lane.stage}" for lane in w.lanes
             )
             doing = f"{w.state}: {lanes}" if lanes else str(w.state)
-            out.append(f"  {ws['metadata']['name']}/{w.id}: {doing:<60} "
+            out.append(f"  {ws['spec']['nodeName']}/{w.id}: {doing:<60} "
                        f"completed {w.completed}")
     return out
 

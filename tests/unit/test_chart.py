@@ -341,7 +341,7 @@ def _grants(rules: list[dict[str, Any]]) -> set[str]:
 
 def test_operator_rbac_is_namespaced_when_it_watches_namespaces() -> None:
     namespaced = {"pods", "events", "proofjobs", "proofjobs/status", "kopfpeerings"}
-    cluster_scoped = {"workerstatuses", "workerstatuses/status", "nodes",
+    cluster_scoped = {"workerstatuses", "workerstatuses/status",
                       "customresourcedefinitions", "namespaces"}
     everywhere = one(render(), "ClusterRole", "kz-kuzk-operator")
     assert _grants(everywhere["rules"]) == namespaced | cluster_scoped | {"clusterkopfpeerings"}

@@ -31,11 +31,12 @@ from kuzk.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.workerstatus import lane_priority, parse
+from kuzk.workerstatus import gpu_id, lane_priority, parse, worker_status_name
 from tests.integration.workers.model import NodeModel, explain, observed
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)
 GPU0, GPU1 = Gpu("GPU-0", "NVIDIA H200", 1 << 37), Gpu("GPU-1")
+W0, W1 = gpu_id(GPU0.uuid), gpu_id(GPU1.uuid)
 
 
 def at(seconds: float) -> datetime:
@@ -65,15 +66,15 @@ def run(*steps: Callable[[dict[str, Any]], WriteDecision[Any]]) -> tuple[dict[st
     return status, results
 
 
-def worker(status: dict[str, Any], worker_id: str = "W0") -> dict[str, Any]:
+def worker(status: dict[str, Any], worker_id: str = W0) -> dict[str, Any]:
     return next(w for w in status["workers"] if w["id"] == worker_id)
 
 
-def holder(status: dict[str, Any], worker_id: str = "W0") -> str | None:
+def holder(status: dict[str, Any], worker_id: str = W0) -> str | None:
     return (worker(status, worker_id).get("holder") or {}).get("pod", {}).get("uid")
 
 
-def stages(status: dict[str, Any], worker_id: str = "W0") -> dict[str, str]:
+def stages(status: dict[str, Any], worker_id: str = W0) -> dict[str, str]:
     return {lane["pod"]["name"]: lane["stage"] for lane in worker(status, worker_id)["lanes"]}
 
 
@@ -97,7 +98,7 @@ def test_stamps_are_utc_with_milliseconds() -> None:
 
 def test_join_adds_the_worker_of_a_new_gpu_and_a_lane_starting() -> None:
     status, results = run(join(A), join(B, GPU1), join(C))
-    assert results == ["W0", "W1", "W0"]
+    assert results == [W0, W1, W0]
     w0 = worker(status)
     assert w0["gpu"] == {"uuid": "GPU-0", "name": "NVIDIA H200", "memoryBytes": 1 << 37}
     assert (w0["state"], stages(status)) == ("waiting", {"a": "starting", "c": "starting"})
@@ -110,9 +111,13 @@ def test_joining_twice_writes_nothing() -> None:
     assert decide_join(status, GPU0, A, at(1)).status is None
 
 
-def test_the_lowest_free_worker_id_is_taken() -> None:
+def test_a_gpus_worker_id_comes_from_its_uuid_and_names_its_worker_status() -> None:
     status = {"workers": [{"id": "W1", "gpu": {"uuid": "GPU-1"}, "state": "idle", "lanes": []}]}
-    assert decide_join(status, GPU0, A, NOW).result == "W0"
+    assert decide_join(status, GPU0, A, NOW).result == W0 == gpu_id("GPU-0")
+    assert len(W0) == 8 and W0 != W1 and int(W0, 16) >= 0
+    assert worker_status_name("gpu-node-3", "GPU-0") == f"gpu-node-3-{W0}"
+    long = worker_status_name("n" * 250 + ".-x", "GPU-0")
+    assert len(long) == 253 and long.endswith(f"n-{W0}"), "cut to a DNS subdomain"
 
 
 def test_a_stage_moves_only_its_lane_and_no_lane_carries_a_heartbeat() -> None:
@@ -164,7 +169,7 @@ def test_the_seeds_race_on_the_normal_path_is_refused_and_counted() -> None:
     assert (late.result, late.stale) == (False, "GPU release")
     status = apply(status, late)
     assert (holder(status), status["staleWritesRejected"]) == ("uid-b", 1)
-    assert "W0 GPU phase held by b" in late.notes[0]
+    assert f"{W0} GPU phase held by b" in late.notes[0]
     status = apply(status, decide_release(status, PodRef("a", "uid-a"), "succeeded", at(7)))
     assert (holder(status), stages(status), worker(status)["completed"]) == (
         "uid-b", {"b": "gpu"}, 1)
@@ -231,10 +236,10 @@ def test_sweep_removes_gone_and_ended_lanes_and_frees_their_gpu_phase() -> None:
     live = {"uid-b": None, "uid-c": "succeeded"}
     swept = decide_sweep(status, live, at(31))
     assert [(r.worker_id, r.pod.uid, r.outcome) for r in swept.result] == [
-        ("W0", "uid-a", "lost"), ("W1", "uid-c", "succeeded")]
+        (W0, "uid-a", "lost"), (W1, "uid-c", "succeeded")]
     status = apply(status, swept)
     assert (worker(status).get("holder"), worker(status)["previousPodUIDs"]) == (None, ["uid-a"])
-    assert worker(status, "W1")["completed"] == 1
+    assert worker(status, W1)["completed"] == 1
     stale = decide_release(status, PodRef("a", "uid-a"), "lost", at(32))
     assert stale.stale == "release", "a pod taken from its GPU phase is remembered"
 
@@ -253,7 +258,7 @@ def test_sweep_marks_the_lanes_of_pods_not_live_once_and_unmarks_them_when_live(
     assert decide_sweep(status, running, at(25), {"uid-a": at(12)}).status is None, (
         "a mark already written is not written again")
     assert decide_sweep(status, {"uid-b": None, "uid-a": "failed"}, at(26),
-                        {"uid-a": at(12)}).result == [Released("W0", A.pod, "failed")]
+                        {"uid-a": at(12)}).result == [Released(W0, A.pod, "failed")]
     live = apply(status, decide_sweep(status, running, at(30)))
     assert not any("notLiveSince" in lane for lane in worker(live)["lanes"])
     assert observed(live) == observed(status), "marks change no lane, holder or count"
@@ -271,12 +276,6 @@ def test_previous_pods_are_newest_first_and_bounded() -> None:
 
 
 # --- more tables ------------------------------------------------------------------------
-def test_the_lowest_free_worker_id_fills_a_gap() -> None:
-    status = {"workers": [{"id": i, "gpu": {"uuid": f"GPU-{i}"}, "state": "idle", "lanes": []}
-                          for i in ("W0", "W2")]}
-    assert decide_join(status, Gpu("GPU-new"), A, NOW).result == "W1"
-
-
 def test_release_gpu_leaves_the_gpu_without_holder_until_the_next_acquire() -> None:
     status, _ = run(join(A), join(B), acquire(A, 1), acquire(B, 2))
     decision = decide_release_gpu(status, A, at(3))

@@ -26,7 +26,7 @@ from kuzk.api import (
 )
 from kuzk.ledger import GpuKey, Tally, gpu_key
 from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
-from kuzk.status.objects import Job, Node, Pod, WorkerNode
+from kuzk.status.objects import Job, Node, Pod, WorkerNode, by_node
 
 QUEUED_STATES = (PENDING, SCHEDULED)
 PodKey = tuple[str, str, int, int]
@@ -289,18 +289,18 @@ def workers(snap: Snapshot, now: float) -> list[dict[str, Any]]:
 def nodes(snap: Snapshot) -> list[dict[str, Any]]:
     """Per GPU node, what its lanes hold and do (``memory``), beside its allocatable memory."""
     allocatable = {n.name: n.memory_bytes for n in snap.nodes}
-    rows = sorted(snap.worker_nodes, key=lambda wn: natural(wn.node))
-    return [{"node": wn.node,
-             "gpus": len(wn.workers),
-             "lanes": sum(len(w.lanes) for w in wn.workers),
-             **memory(lane for w in wn.workers for lane in w.lanes),
-             "allocatable_memory_bytes": allocatable.get(wn.node)}
-            for wn in rows]
+    grouped = by_node(snap.worker_nodes)
+    return [{"node": node,
+             "gpus": len(gpus),
+             "lanes": sum(len(w.lanes) for w in gpus),
+             **memory(lane for w in gpus for lane in w.lanes),
+             "allocatable_memory_bytes": allocatable.get(node)}
+            for node, gpus in sorted(grouped.items(), key=lambda item: natural(item[0]))]
 
 
 def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
     """Physical GPUs, by the one rule (``workerstatus.physical_gpus``: the node's GPU count
-    label, else its WorkerStatus's workers, else its GPUs divided by its replicas)."""
+    label, else its WorkerStatuses' workers, else its GPUs divided by its replicas)."""
     per_node: Counter[str] = Counter(row["node"] for row in gpu_rows)
     nodes = {n.name: n for n in snap.nodes if n.gpus() > 0}
     names = set(nodes) | set(per_node)

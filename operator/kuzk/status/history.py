@@ -138,24 +138,32 @@ class History:
         for p in job.partitions:
             self.partition_since.pop((job.uid, p.index), None)
 
-    def saw_workers(self, node: WorkerNode, queue: Queue, now: float) -> None:
+    def saw_workers(self, node: WorkerNode, same_node: Iterable[WorkerNode], queue: Queue,
+                    now: float) -> None:
+        """A WorkerStatus (one GPU) appeared or changed; ``same_node``: every WorkerStatus of
+        its node (itself included), whose lanes tell what is scheduled there already."""
         for w in node.workers:
             if (node.node, w.id) not in self.workers:
                 self.workers[(node.node, w.id)] = WorkerTrack(first_seen=now, mode_since=now)
-        self.classify([node], queue, now)
+        self.classify(same_node, queue, now)
 
     def classify(self, nodes: Iterable[WorkerNode], queue: Queue, now: float) -> None:
-        """Move every GPU of ``nodes`` into the mode it is in now (``mode_of``)."""
+        """Move every GPU of ``nodes`` (WorkerStatuses; each node's all of them, as a node's
+        lanes on any of its GPUs tell whether a partition bound there joined) into the mode
+        it is in now (``mode_of``)."""
+        nodes = list(nodes)
+        lanes: dict[str, list[workerstatus.Lane]] = {}
         for node in nodes:
-            lanes = [lane for w in node.workers for lane in w.lanes]
-            scheduling = queue.scheduling(node.node, lanes)
+            lanes.setdefault(node.node, []).extend(lane for w in node.workers for lane in w.lanes)
+        for node in nodes:
+            scheduling = queue.scheduling(node.node, lanes[node.node])
             for w in node.workers:
                 track = self.workers.get((node.node, w.id))
                 if track is not None:
                     track.switch(mode_of(w, scheduling), now)
 
     def forgot_workers(self, node: WorkerNode) -> None:
-        """The WorkerStatus was deleted (its node is gone): its workers leave the screen."""
+        """The WorkerStatus was deleted (its node is gone): its GPU leaves the screen."""
         for w in node.workers:
             self.workers.pop((node.node, w.id), None)
 

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from kuzk.api import PHASES, PROOF_KINDS, STATES, version
 from kuzk.ledger import DURATION_BUCKETS, QUEUE_STAGE, GpuKey, gpu_key
 from kuzk.status.aggregate import lane_index, memory, shown_state
+from kuzk.status.objects import by_node
 from kuzk.status.view import StatusView
 from kuzk.workerstatus import BUSY, IDLE_MODES, LaneStage, WorkerState
 
@@ -102,20 +103,20 @@ class ViewCollector(Collector):
         allocatable = GaugeMetricFamily("kuzk_node_allocatable_memory_bytes",
                                         "Allocatable memory of each GPU node (beside the lanes'"
                                         " host memory).", labels=["node", "Hostname"])
-        for wn in sorted(view.worker_nodes.values(), key=lambda n: n.node):
-            states = Counter(str(w.state) for w in wn.workers)
+        for node_name, gpus in sorted(by_node(view.worker_nodes.values()).items()):
+            states = Counter(str(w.state) for w in gpus)
             for state in WorkerState:
-                workers.add_metric([wn.node, str(state)], states[str(state)])
-            stages = Counter(str(lane.stage) for w in wn.workers for lane in w.lanes)
+                workers.add_metric([node_name, str(state)], states[str(state)])
+            stages = Counter(str(lane.stage) for w in gpus for lane in w.lanes)
             for lane_stage in LaneStage:
-                lanes.add_metric([wn.node, str(lane_stage)], stages[str(lane_stage)])
-            for w in wn.workers:
+                lanes.add_metric([node_name, str(lane_stage)], stages[str(lane_stage)])
+            for w in gpus:
                 figures = memory(w.lanes)
                 for name, family in held.items():
-                    family.add_metric(gpu_labels(gpu_key(wn.node, w)), figures[name])
-            node = view.nodes.get(wn.node)
+                    family.add_metric(gpu_labels(gpu_key(node_name, w)), figures[name])
+            node = view.nodes.get(node_name)
             if node is not None and node.memory_bytes is not None:
-                allocatable.add_metric([wn.node, wn.node], node.memory_bytes)
+                allocatable.add_metric([node_name, node_name], node.memory_bytes)
         for gpu, seconds in sorted(view.gpu_seconds(now).items()):
             busy.add_metric(gpu_labels(gpu), seconds[BUSY])
             for reason in IDLE_MODES:

@@ -7,7 +7,7 @@ shows (a node's heartbeat, a pod's IP) changes nothing in the view either.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +53,9 @@ class Job:
 
 @dataclass(frozen=True)
 class WorkerNode:
-    """One WorkerStatus: the GPUs of one node, as the one model (``kuzk.workerstatus``)
-    reads them."""
+    """One WorkerStatus: one GPU of ``node`` (a legacy one: every GPU of its node), as the one
+    model (``kuzk.workerstatus``) reads it. A node's GPUs are the WorkerNodes of that node
+    (``by_node``)."""
 
     node: str
     workers: tuple[workerstatus.Worker, ...]
@@ -74,7 +75,7 @@ class Node:
     memory_bytes: int | None = None  # its allocatable memory
 
     def gpus(self, workers: int = 0) -> int:
-        """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatus lists."""
+        """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatuses list."""
         slim = {"metadata": {"labels": dict(self.labels)},
                 "status": {"allocatable": {self.gpu_resource: self.advertised}}}
         return workerstatus.physical_gpus(slim, self.gpu_resource, workers)
@@ -146,12 +147,20 @@ def job(obj: Mapping[str, Any]) -> Job:
     )
 
 
+def by_node(worker_nodes: Iterable[WorkerNode]) -> dict[str, list[workerstatus.Worker]]:
+    """Each node's workers (its GPUs), from the WorkerStatuses on it."""
+    grouped: dict[str, list[workerstatus.Worker]] = {}
+    for wn in worker_nodes:
+        grouped.setdefault(wn.node, []).extend(wn.workers)
+    return grouped
+
+
 def worker_node(obj: Mapping[str, Any]) -> WorkerNode:
-    """A WorkerStatus: its node's GPUs as the status subresource says."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    """A WorkerStatus: its GPU as the status subresource says."""
+    meta = obj.get("metadata") or {}
     model = workerstatus.parse(obj.get("status"))
     return WorkerNode(
-        node=str(spec.get("nodeName") or meta.get("name", "")),
+        node=workerstatus.node_of(obj),
         workers=model.workers,
         stale_writes_rejected=model.stale_writes_rejected,
         resource_version=str(meta.get("resourceVersion", "")),

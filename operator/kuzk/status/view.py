@@ -332,7 +332,8 @@ class StatusView:
                 for p in value.partitions))
             self._track_queue(k, value, now)
         elif isinstance(value, WorkerNode):
-            self.history.saw_workers(value, self.queue, now)
+            self.history.saw_workers(value, [wn for wn in self.worker_nodes.values()
+                                             if wn.node == value.node], self.queue, now)
         elif isinstance(value, Pod):
             if isinstance(old, Pod):
                 self.pods_by_key.pop(self._pod_key(old), None)

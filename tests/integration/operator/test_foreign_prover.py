@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
 
 from kuzk import api
 from kuzk.pods import KERNEL_CACHE_DIR
@@ -76,7 +75,7 @@ def _watch_holders(cluster: Cluster, nodes: Collection[str], stop: threading.Eve
     custom = client.CustomObjectsApi(cluster.api)
 
     def record(ws: dict[str, Any]) -> None:
-        if ws["metadata"]["name"] not in nodes:
+        if (ws.get("spec") or {}).get("nodeName") not in nodes:
             return
         status = ws.get("status") or {}
         updated = api.parse_time(status["updatedAt"]).timestamp() if status else 0.0
@@ -225,15 +224,17 @@ def test_the_c_prover_runs_in_the_prover_image_under_its_agent(
     assert (final["state"], final["completed"], final.get("lanes")) == ("idle", 2, [])
 
 
+def _only_ws(cluster: Cluster, node: str) -> dict[str, Any]:
+    """The WorkerStatus of ``node``'s one GPU; empty until its first lane creates it."""
+    listed = client.CustomObjectsApi(cluster.api).list_cluster_custom_object(
+        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, field_selector=f"spec.nodeName={node}")
+    items = listed["items"]
+    assert len(items) <= 1, [ws["metadata"]["name"] for ws in items]
+    return dict(items[0]) if items else {}
+
+
 def _worker(cluster: Cluster, node: str) -> dict[str, Any]:
-    custom = client.CustomObjectsApi(cluster.api)
-    try:
-        ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
-                                              node)
-    except ApiException as e:
-        if e.status == 404:  # the operator has not created it yet
-            return {}
-        raise
+    ws = _only_ws(cluster, node)
     return ((ws.get("status") or {}).get("workers") or [{}])[0]
 
 
@@ -289,9 +290,7 @@ def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
     job = wait_job(cluster, namespace, "killed", "Succeeded", timeout=120)
     assert job["status"]["partitions"][0]["attempt"] == 2
     # The agent left the killed prover's lane itself: no release had anything left to do.
-    ws = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
-        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
-    assert ws["status"].get("staleWritesRejected", 0) == 0
+    assert _only_ws(cluster, node)["status"].get("staleWritesRejected", 0) == 0
     final = _worker(cluster, node)
     assert (final["state"], final["completed"], final.get("lanes")) == ("idle", 1, [])
 
@@ -360,9 +359,7 @@ echo '{{"commitment": "0xc0ffee"}}' | kuzk-lane result -"""))
 def _lane_state(cluster: Cluster, node: str) -> dict[str, Any]:
     """The WorkerStatus as a bad call could change it: all but what any write rewrites (the
     lane's memory, the GPU's time accounted up to it)."""
-    ws = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
-        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node)
-    status = ws.get("status") or {}
+    status = _only_ws(cluster, node).get("status") or {}
     beat = {"hostMemoryBytes", "deviceMemoryBytes"}
     workers = [{**{k: v for k, v in w.items() if k != "gpuTime"},
                 "lanes": [{k: v for k, v in lane.items() if k not in beat}

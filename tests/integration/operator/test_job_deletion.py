@@ -33,13 +33,13 @@ def _worker_statuses(cluster: Cluster) -> list[dict[str, Any]]:
 
 def _proving(cluster: Cluster, nodes: set[str]) -> list[str]:
     return [f"{ws['metadata']['name']}/{w['id']}" for ws in _worker_statuses(cluster)
-            if ws["metadata"]["name"] in nodes
+            if ws["spec"]["nodeName"] in nodes
             for w in (ws.get("status") or {}).get("workers") or [] if w.get("lanes")]
 
 
 def _stale(cluster: Cluster, nodes: set[str]) -> int:
     return sum(int((ws.get("status") or {}).get("staleWritesRejected") or 0)
-               for ws in _worker_statuses(cluster) if ws["metadata"]["name"] in nodes)
+               for ws in _worker_statuses(cluster) if ws["spec"]["nodeName"] in nodes)
 
 
 def _states(cluster: Cluster, namespace: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The operator's own streams of pods, WorkerStatuses and Nodes (``kuzk.streams``) on the test
+"""The operator's own streams of pods and WorkerStatuses (``kuzk.streams``) on the test
 control plane: only kuzk's partition pods arrive; no sync runs before every stream has
 listed; a watch the API server answers 410 Gone (its watch cache restarted past the
 resourceVersion) lists again; a replica paused by a higher-priority peer stops its streams
@@ -149,7 +149,7 @@ def test_a_watch_answered_410_gone_lists_again(
     nodes(1, gpus=2)
     port = free_port()
     operator = run_operator("--metrics-port", str(port))
-    wait_for(lambda: all(lists(port, r) == 1 for r in ("pods", "workerstatuses", "nodes")),
+    wait_for(lambda: all(lists(port, r) == 1 for r in ("pods", "workerstatuses")),
              60, "the first lists")
     apply_job(cluster, namespace, proofjob("before", partitions=1))
     wait_job(cluster, namespace, "before", "Succeeded")
@@ -159,7 +159,7 @@ def test_a_watch_answered_410_gone_lists_again(
     # version is still current resumes. Which ones: the log says.
     with cluster.plane.apiserver_down():
         pass
-    resources = ("pods", "workerstatuses", "nodes")
+    resources = ("pods", "workerstatuses")
     wait_for(lambda: all(restarts(port, r) >= 1 for r in resources), 60, "every watch broke")
     wait_for(lambda: answered_gone(operator.text()), 60, "a watch answered 410 Gone")
 
@@ -194,7 +194,7 @@ def test_a_paused_replica_stops_its_streams_and_lists_again_on_resume(
 
     high.stop(signal.SIGKILL)
     wait_for(lambda: low.text().count(RESUMED) >= 2, 60, "the low replica resumes")
-    wait_for(lambda: all(lists(port, r) == 2 for r in ("pods", "workerstatuses", "nodes")),
+    wait_for(lambda: all(lists(port, r) == 2 for r in ("pods", "workerstatuses")),
              60, "the low replica's streams listing again")
     apply_job(cluster, namespace, proofjob("after", partitions=2))
     wait_job(cluster, namespace, "after", "Succeeded", timeout=120)

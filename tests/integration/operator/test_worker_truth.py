@@ -16,6 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from kuzk import api
 from kuzk.runtime import SWEEP_SECONDS
+from kuzk.workerstatus import worker_status_name
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import ProcessKubelet
@@ -102,13 +103,16 @@ def _lies(samples: list[Sample]) -> list[str]:
     return lies
 
 
+def _node_statuses(cluster: Cluster, node: str) -> list[dict[str, Any]]:
+    """The statuses of the WorkerStatuses of ``node``'s GPUs."""
+    listed = client.CustomObjectsApi(cluster.api).list_cluster_custom_object(
+        api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, field_selector=f"spec.nodeName={node}")
+    return [ws.get("status") or {} for ws in listed["items"]]
+
+
 def _workers(cluster: Cluster, nodes: list[str]) -> list[dict[str, Any]]:
-    custom = client.CustomObjectsApi(cluster.api)
-    out = []
-    for n in nodes:
-        ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, n)
-        out += (ws.get("status") or {}).get("workers") or []
-    return out
+    return [w for n in nodes for status in _node_statuses(cluster, n)
+            for w in status.get("workers") or []]
 
 
 def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace: str, nodes,
@@ -151,9 +155,7 @@ def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace:
         g for spec in kubelet.nodes.values() for g in spec.gpu_uuids()}
     # Every prover left its own lane and nothing was disrupted, so each finalizer release
     # found its work done: a job that ran cleanly counts no stale write.
-    custom = client.CustomObjectsApi(cluster.api)
-    stale = [custom.get_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL,
-                                              n)["status"].get("staleWritesRejected", 0)
+    stale = [sum(status.get("staleWritesRejected", 0) for status in _node_statuses(cluster, n))
              for n in sorted(kubelet.nodes)]
     assert stale == [0, 0]
 
@@ -168,15 +170,16 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
                                                        nodes, run_operator) -> None:
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
+    name = worker_status_name(node, kubelet.nodes[node].gpu_uuids()[0])
     run_operator(*REAL_PROVER)
     custom = client.CustomObjectsApi(cluster.api)
 
     def worker() -> dict[str, Any] | None:
         try:
             ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION,
-                                                  api.WORKERSTATUS_PLURAL, node)
+                                                  api.WORKERSTATUS_PLURAL, name)
         except ApiException as e:
-            if e.status == 404:  # the operator has not created it yet
+            if e.status == 404:  # its first lane has not created it yet
                 return None
             raise
         workers = (ws.get("status") or {}).get("workers") or []
@@ -229,15 +232,16 @@ def test_a_lane_waiting_behind_a_sigkilled_holder_gets_the_gpu(
     phase, the waiter holds it next, and the killed partition is retried."""
     kubelet = nodes(1, gpus=1, replicas=2)
     node = next(iter(kubelet.nodes))
+    name = worker_status_name(node, kubelet.nodes[node].gpu_uuids()[0])
     run_operator(*REAL_PROVER)
     custom = client.CustomObjectsApi(cluster.api)
 
     def worker() -> dict[str, Any]:
         try:
             ws = custom.get_cluster_custom_object(api.GROUP, api.VERSION,
-                                                  api.WORKERSTATUS_PLURAL, node)
+                                                  api.WORKERSTATUS_PLURAL, name)
         except ApiException as e:
-            if e.status == 404:  # the operator has not created it yet
+            if e.status == 404:  # its first lane has not created it yet
                 return {}
             raise
         return ((ws.get("status") or {}).get("workers") or [{}])[0]

@@ -33,12 +33,13 @@ def test_an_idle_gpu_with_a_pending_partition_fires_the_alert(
         {"groups": one(docs, "PrometheusRule", "kz-kuzk-alerts")["spec"]["groups"]}))
     (dashboard,) = one(docs, "ConfigMap", "kz-kuzk-grafana-dashboard")["data"].values()
     node = f"idle-{namespace}"[:63]
-    create_worker_status(cluster.api, node)
+    uuid = f"GPU-{namespace}"
+    name = create_worker_status(cluster.api, node, uuid)["metadata"]["name"]
     try:
         idle = ws.WorkerStatusModel(workers=(
-            ws.Worker(id="W0", gpu=ws.Gpu(f"GPU-{namespace}"), since=datetime.now(UTC)),))
+            ws.Worker(id=ws.gpu_id(uuid), gpu=ws.Gpu(uuid), since=datetime.now(UTC)),))
         client.CustomObjectsApi(cluster.api).patch_cluster_custom_object_status(
-            api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node,
+            api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, name,
             {"status": idle.as_status(datetime.now(UTC))})
         create(client.CustomObjectsApi(cluster.api), namespace, "waiting", ["pending"])
         server: StatusServer = status_server()
@@ -54,4 +55,4 @@ def test_an_idle_gpu_with_a_pending_partition_fires_the_alert(
                 for target in panel["targets"]:
                     prom.query(target["expr"])  # raises on a query Prometheus refuses
     finally:
-        delete_worker_status(cluster.api, node)
+        delete_worker_status(cluster.api, name)

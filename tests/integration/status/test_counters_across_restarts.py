@@ -95,11 +95,11 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             apply_job(cluster, namespace, proofjob("a", partitions=2, circuitLog2=10,
                                                    ttlSecondsAfterFinished=2))
             a = wait_job(cluster, namespace, "a", "Succeeded")
-            # A node's WorkerStatus that counted stale writes while the server ran.
+            # A GPU's WorkerStatus that counted stale writes while the server ran.
             node = f"gone-{namespace}"[:63]
-            gone = create_worker_status(cluster.api, node)
+            gone = create_worker_status(cluster.api, node, f"GPU-{namespace}")
             custom.patch_cluster_custom_object_status(
-                api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node,
+                api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, gone["metadata"]["name"],
                 {"status": {"workers": [], "staleWritesRejected": 3}})
             wait_for(lambda: prom.value(COMPLETED) == 3, 60, "Prometheus reading 3")
             wait_for(lambda: (prom.value(STALE) or 0) >= 3, 60, "Prometheus reading 3 stale")
@@ -118,7 +118,7 @@ def test_counters_carry_on_across_deletions_and_a_restart(
             wait_for(lambda: get_job(cluster, namespace, "a") is None, 60, "a deleted by TTL")
             custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
                                                    api.PROOFJOB_PLURAL, "b")
-            delete_worker_status(cluster.api, node)
+            delete_worker_status(cluster.api, gone["metadata"]["name"])
             wanted = {_uid(a), _uid(b), _uid(gone)}
             wait_for(lambda: wanted <= set(_folded(cluster, namespace, "kuzk-ledger")), 60,
                      "the ledger folding a, b and the WorkerStatus")

@@ -23,12 +23,12 @@ from tests.testenv.waiting import wait_for
 def test_a_kuzk_gpu_series_joins_a_dcgm_series_on_uuid(cluster: Cluster, namespace: str,
                                                         status_server, tmp_path: Path) -> None:
     node, uuid, model = f"dcgm-{namespace}"[:63], f"GPU-{namespace}", "NVIDIA H200"
-    create_worker_status(cluster.api, node)
+    name = create_worker_status(cluster.api, node, uuid)["metadata"]["name"]
     try:
         model_status = ws.WorkerStatusModel(workers=(
-            ws.Worker(id="W0", gpu=ws.Gpu(uuid, model), since=datetime.now(UTC)),))
+            ws.Worker(id=ws.gpu_id(uuid), gpu=ws.Gpu(uuid, model), since=datetime.now(UTC)),))
         client.CustomObjectsApi(cluster.api).patch_cluster_custom_object_status(
-            api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, node,
+            api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL, name,
             {"status": model_status.as_status(datetime.now(UTC))})
         server: StatusServer = status_server()
         # What dcgm-exporter exports for that GPU (its own label names and values).
@@ -50,6 +50,7 @@ def test_a_kuzk_gpu_series_joins_a_dcgm_series_on_uuid(cluster: Cluster, namespa
             (row,) = wait_for(lambda: prom.query(join), 60, "the joined row")
             labels = row["metric"]
             assert (labels["UUID"], labels["Hostname"], labels["gpu"]) == (uuid, node, "0")
-            assert (labels["node"], labels["worker"], labels["modelName"]) == (node, "W0", model)
+            assert (labels["node"], labels["worker"], labels["modelName"]) == (
+                node, ws.gpu_id(uuid), model)
     finally:
-        delete_worker_status(cluster.api, node)
+        delete_worker_status(cluster.api, name)

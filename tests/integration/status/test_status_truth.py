@@ -27,6 +27,7 @@ import pytest
 from kubernetes import client, watch
 
 from kuzk import api
+from kuzk.workerstatus import worker_status_name
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
 from tests.integration.status.server import StatusServer
 from tests.testenv.cluster import Cluster
@@ -157,11 +158,13 @@ class Memory:
 
 
 def current_lanes(workers: Versions, node: str) -> set[str]:
-    """The pods with a lane on ``node`` in the newest WorkerStatus the test's watch has."""
+    """The pods with a lane on ``node`` in the newest version of each of its GPUs'
+    WorkerStatuses the test's watch has."""
     with workers.lock:
-        history = workers.seen.get(node) or [(0.0, {})]
-    status = history[-1][1].get("status") or {}
-    return {lane["pod"]["name"] for w in status.get("workers") or []
+        newest = [history[-1][1] for history in workers.seen.values()
+                  if history and (history[-1][1].get("spec") or {}).get("nodeName") == node]
+    return {lane["pod"]["name"] for obj in newest
+            for w in (obj.get("status") or {}).get("workers") or []
             for lane in w.get("lanes") or []}
 
 
@@ -279,7 +282,8 @@ def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
             seen.problems.append(f"job {p['job_id']}: /status {shown} but the API {truth}")
     for row in mine:
         what = f"worker {row['node']}/{row['worker_id']}"
-        ws = _current(seen, what, workers.find(row["node"], row["resource_version"]), t)
+        name = worker_status_name(row["node"], row["gpu_uuid"])
+        ws = _current(seen, what, workers.find(name, row["resource_version"]), t)
         if ws is None:
             continue
         seen.workers_compared += 1

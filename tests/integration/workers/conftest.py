@@ -1,8 +1,9 @@
 """Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs applied from ``kuzk.crds``,
 once per session, left installed), ``admin`` (the cluster's admin ApiClient with the CRDs in
-place), ``worker_status`` (creates WorkerStatus objects with unique names, deleted at teardown)
-and ``make_assignment`` (fresh assignments with generated UIDs); ``run_operator``, ``plan``
-and ``prover_account`` come from the operator tests, for the tests that run the operator."""
+place), ``worker_status`` (makes a Node object of a unique name for its GPUs' WorkerStatuses,
+deleted at teardown with them) and ``make_assignment`` (fresh assignments with generated
+UIDs); ``run_operator``, ``plan`` and ``prover_account`` come from the operator tests, for
+the tests that run the operator."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from kuzk import api as kapi
 from kuzk.crds import all_crds
 from kuzk.workers import Assignment
+from kuzk.workerstatus import worker_status_name
 from tests.integration.operator.conftest import plan, prover_account, run_operator
 from tests.testenv.cluster import Cluster
 
@@ -41,14 +43,14 @@ def admin(cluster: Cluster, crds: None) -> client.ApiClient:
     return cluster.api
 
 
-def create_worker_status(api: client.ApiClient, name: str) -> dict[str, Any]:
-    """A WorkerStatus without an owner (its node is imaginary, so the garbage collector must
-    not be given a missing owner to act on)."""
+def create_worker_status(api: client.ApiClient, node: str, uuid: str) -> dict[str, Any]:
+    """The WorkerStatus of GPU ``uuid`` on ``node``, without an owner (the node is imaginary,
+    so the garbage collector must not be given a missing owner to act on)."""
     body = {
         "apiVersion": kapi.API_VERSION,
         "kind": kapi.WORKERSTATUS_KIND,
-        "metadata": {"name": name},
-        "spec": {"nodeName": name},
+        "metadata": {"name": worker_status_name(node, uuid)},
+        "spec": {"nodeName": node, "gpu": {"uuid": uuid}},
     }
     created = client.CustomObjectsApi(api).create_cluster_custom_object(
         kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body
@@ -70,20 +72,39 @@ def read_worker_status(api: client.ApiClient, name: str) -> dict[str, Any]:
     return cast(dict[str, Any], got)
 
 
+def delete_node(api: client.ApiClient, node: str) -> None:
+    """Delete a Node made for a test and the WorkerStatuses of its GPUs (the garbage collector
+    would, later)."""
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(api).delete_node(node)
+    delete_worker_statuses(api, node)
+
+
+def delete_worker_statuses(api: client.ApiClient, node: str) -> None:
+    """Delete the WorkerStatuses of ``node``'s GPUs."""
+    objects = client.CustomObjectsApi(api)
+    listed = objects.list_cluster_custom_object(
+        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, field_selector=f"spec.nodeName={node}")
+    for item in listed.get("items") or []:
+        delete_worker_status(api, item["metadata"]["name"])
+
+
 @pytest.fixture
 def worker_status(admin: client.ApiClient) -> Iterator[Callable[[], str]]:
-    """``worker_status()`` creates a WorkerStatus named ``ws-<random>`` and returns its name."""
+    """``worker_status()`` makes a Node object named ``ws-<random>`` (no kubelet behind it)
+    whose GPUs' WorkerStatuses the lanes' joins create, and returns its name; the Node and
+    its WorkerStatuses are deleted at teardown."""
     names: list[str] = []
 
     def create() -> str:
         name = f"ws-{uuid.uuid4().hex[:10]}"
-        create_worker_status(admin, name)
+        client.CoreV1Api(admin).create_node({"metadata": {"name": name}})
         names.append(name)
         return name
 
     yield create
     for name in names:
-        delete_worker_status(admin, name)
+        delete_node(admin, name)
 
 
 def new_assignment(

@@ -34,6 +34,7 @@ The rules, as the model reads them:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +45,12 @@ STAGES = ("starting", "synthesizing", "synth_done", "gpu", "committing")
 REPORTED = ("synthesizing", "synth_done")
 REMEMBERED = 8
 
+
+
+def gpu_id(uuid: str) -> str:
+    """A GPU's worker ID, by the rule the protocol states (8 hex digits of the SHA-256 of its
+    UUID), written here again."""
+    return hashlib.sha256(uuid.encode()).hexdigest()[:8]
 
 @dataclass
 class ModelLane:
@@ -98,8 +105,7 @@ class NodeModel:
             return found[0].id
         worker = next((w for w in self.workers if w.gpu == gpu), None)
         if worker is None:
-            used = {w.id for w in self.workers}
-            worker = ModelWorker(next(f"W{k}" for k in range(99) if f"W{k}" not in used), gpu)
+            worker = ModelWorker(gpu_id(gpu), gpu)
             self.workers.append(worker)
         worker.lanes.append(ModelLane(uid, PRIORITY.get(kind, 0)))
         return worker.id
@@ -356,9 +362,10 @@ def explain(before: Mapping[str, Any], after: Mapping[str, Any]) -> Transition |
         changes[worker_id] = change
     new = set(a_workers) - set(b_workers)
     if new:
-        used = set(b_workers)
-        lowest = next(f"W{k}" for k in range(99) if f"W{k}" not in used)
-        if new != {lowest} or len(changes) != 1:
+        if len(new) != 1 or len(changes) != 1:
+            return None
+        added = a_workers[next(iter(new))]
+        if added.get("id") != gpu_id(str((added.get("gpu") or {}).get("uuid") or "")):
             return None
     if not changes:
         return Transition("mark")

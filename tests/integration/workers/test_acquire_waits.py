@@ -1,5 +1,5 @@
 """A lane's ``acquire`` against the API server: while another lane holds the GPU phase it
-waits on a watch of its node's WorkerStatus, and it wakes on the watch event that lets it in
+waits on a watch of its GPU's WorkerStatus, and it wakes on the watch event that lets it in
 (seconds before the watch's own timeout, set here far beyond the test), not on other lanes'
 stage reports or the operator's liveness marks, and not for a GPU phase that a lane of
 higher priority gets first. Each waiter's requests are counted: a GET and a PUT to mark it
@@ -29,6 +29,7 @@ from kuzk.workers import (
     stage,
     sweep,
 )
+from kuzk.workerstatus import worker_status_name
 from tests.integration.workers.conftest import read_worker_status
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
@@ -56,22 +57,23 @@ def counting_client(cluster: Cluster) -> CountingClient:
     return CountingClient(configuration)
 
 
-def w0(api: client.ApiClient, node: str) -> dict[str, Any]:
-    status = read_worker_status(api, node).get("status") or {}
-    return next(w for w in status.get("workers") or [] if w["id"] == "W0")
+def w0(api: client.ApiClient, name: str) -> dict[str, Any]:
+    """The one worker of WorkerStatus ``name``."""
+    (worker,) = (read_worker_status(api, name).get("status") or {}).get("workers") or []
+    return dict(worker)
 
 
-def lane(api: client.ApiClient, node: str, who: Assignment) -> dict[str, Any] | None:
-    return next((x for x in w0(api, node)["lanes"] if x["pod"]["uid"] == who.pod_uid), None)
+def lane(api: client.ApiClient, name: str, who: Assignment) -> dict[str, Any] | None:
+    return next((x for x in w0(api, name)["lanes"] if x["pod"]["uid"] == who.pod_uid), None)
 
 
-def waiting(api: client.ApiClient, node: str, who: Assignment) -> bool:
-    found = lane(api, node, who)
+def waiting(api: client.ApiClient, name: str, who: Assignment) -> bool:
+    found = lane(api, name, who)
     return found is not None and "readyAt" in found
 
 
-def holder(api: client.ApiClient, node: str) -> str | None:
-    return ((w0(api, node).get("holder") or {}).get("pod") or {}).get("uid")
+def holder(api: client.ApiClient, name: str) -> str | None:
+    return ((w0(api, name).get("holder") or {}).get("pod") or {}).get("uid")
 
 
 def result_within(future: Future[Acquired], since: float) -> tuple[Acquired, float]:
@@ -91,30 +93,31 @@ def test_a_waiting_acquire_wakes_on_the_watch_when_the_gpu_phase_is_given_up(
     make_assignment: Callable[..., Assignment],
 ) -> None:
     node = worker_status()
+    name = worker_status_name(node, GPU.uuid)
     a, b, c = (make_assignment(partition=k) for k in range(3))
-    assert claim(admin, node, GPU, a) == "W0"
-    assert join(admin, node, GPU, b) == join(admin, node, GPU, c) == "W0"
+    assert claim(admin, node, GPU, a) == name
+    assert join(admin, node, GPU, b) == join(admin, node, GPU, c) == name
     waiter = counting_client(cluster)
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(acquire, waiter, node, b, watch_s=WATCH_S)
-        wait_for(lambda: waiting(admin, node, b), 30, "B marked ready and waiting")
+        future = pool.submit(acquire, waiter, name, b, watch_s=WATCH_S)
+        wait_for(lambda: waiting(admin, name, b), 30, "B marked ready and waiting")
         # Other lanes' writes while B waits: none of them lets B in, none wakes it.
         running = {a.pod_uid: None, b.pod_uid: None, c.pod_uid: None}
-        assert stage(admin, node, c, "synthesizing") is True
+        assert stage(admin, name, c, "synthesizing") is True
         now = datetime.now(UTC)
-        assert sweep(admin, node, running, now, {c.pod_uid: now}) == []  # marks C not live
-        assert stage(admin, node, c, "synth_done") is True
-        assert sweep(admin, node, running, datetime.now(UTC)) == []
+        assert sweep(admin, name, running, now, {c.pod_uid: now}) == []  # marks C not live
+        assert stage(admin, name, c, "synth_done") is True
+        assert sweep(admin, name, running, datetime.now(UTC)) == []
         assert not future.done(), "B acquired while A holds the GPU phase"
-        assert holder(admin, node) == a.pod_uid
+        assert holder(admin, name) == a.pod_uid
         released = time.monotonic()
-        assert release_gpu(admin, node, a) is True
+        assert release_gpu(admin, name, a) is True
         got, after = result_within(future, released)
     assert got is Acquired.GRANTED
     assert after < PROMPT_S, f"B took {after:.1f} s after A's release: woke on a timeout?"
     assert waiter.requests == ONE_WAKE, "B asked again only when A gave the GPU phase up"
-    assert holder(admin, node) == b.pod_uid
-    stages = {x["pod"]["uid"]: x["stage"] for x in w0(admin, node)["lanes"]}
+    assert holder(admin, name) == b.pod_uid
+    stages = {x["pod"]["uid"]: x["stage"] for x in w0(admin, name)["lanes"]}
     assert stages == {a.pod_uid: "committing", b.pod_uid: "gpu", c.pod_uid: "synth_done"}
 
 
@@ -127,6 +130,7 @@ def test_a_lane_of_higher_priority_ready_later_is_let_in_first(
     """A snap-update lane waits, then a winning-post lane: A's release lets the winning-post
     lane in and leaves the snap-update lane asleep; the winning-post's release wakes it."""
     node = worker_status()
+    name = worker_status_name(node, GPU.uuid)
     a, snap = make_assignment(partition=0), make_assignment(partition=1)
     winning = dataclasses.replace(make_assignment("winning", partition=0),
                                   proof_kind="winning-post")
@@ -135,22 +139,22 @@ def test_a_lane_of_higher_priority_ready_later_is_let_in_first(
     join(admin, node, GPU, winning)
     snap_client, winning_client = counting_client(cluster), counting_client(cluster)
     with ThreadPoolExecutor(2) as pool:
-        snap_waits = pool.submit(acquire, snap_client, node, snap, watch_s=WATCH_S)
-        wait_for(lambda: waiting(admin, node, snap), 30, "the snap-update lane waiting")
-        winning_waits = pool.submit(acquire, winning_client, node, winning, watch_s=WATCH_S)
-        wait_for(lambda: waiting(admin, node, winning), 30, "the winning-post lane waiting")
+        snap_waits = pool.submit(acquire, snap_client, name, snap, watch_s=WATCH_S)
+        wait_for(lambda: waiting(admin, name, snap), 30, "the snap-update lane waiting")
+        winning_waits = pool.submit(acquire, winning_client, name, winning, watch_s=WATCH_S)
+        wait_for(lambda: waiting(admin, name, winning), 30, "the winning-post lane waiting")
 
         released = time.monotonic()
-        assert release_gpu(admin, node, a) is True
+        assert release_gpu(admin, name, a) is True
         got, after = result_within(winning_waits, released)
-        assert (got, holder(admin, node)) == (Acquired.GRANTED, winning.pod_uid)
+        assert (got, holder(admin, name)) == (Acquired.GRANTED, winning.pod_uid)
         assert after < PROMPT_S
         assert not snap_waits.done(), "the snap-update lane went before the winning-post"
 
         released = time.monotonic()
-        assert release_gpu(admin, node, winning) is True
+        assert release_gpu(admin, name, winning) is True
         got, after = result_within(snap_waits, released)
-    assert (got, holder(admin, node)) == (Acquired.GRANTED, snap.pod_uid)
+    assert (got, holder(admin, name)) == (Acquired.GRANTED, snap.pod_uid)
     assert after < PROMPT_S
     assert winning_client.requests == ONE_WAKE
     assert snap_client.requests == ONE_WAKE, "A's release, with the winning-post first, and " \
@@ -164,21 +168,22 @@ def test_a_waiting_lane_removed_by_its_finalizer_answers_gone(
     make_assignment: Callable[..., Assignment],
 ) -> None:
     node = worker_status()
+    name = worker_status_name(node, GPU.uuid)
     a, b = make_assignment(partition=0), make_assignment(partition=1)
     claim(admin, node, GPU, a)
     join(admin, node, GPU, b)
     waiter = counting_client(cluster)
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(acquire, waiter, node, b, watch_s=WATCH_S)
-        wait_for(lambda: waiting(admin, node, b), 30, "B waiting")
+        future = pool.submit(acquire, waiter, name, b, watch_s=WATCH_S)
+        wait_for(lambda: waiting(admin, name, b), 30, "B waiting")
         removed = time.monotonic()
         assert release(admin, node, b.pod, "failed") is True
         got, after = result_within(future, removed)
     assert got is Acquired.GONE
     assert after < PROMPT_S
     assert waiter.requests == ONE_WAKE, "it asked once more, and was refused"
-    assert (holder(admin, node), lane(admin, node, b)) == (a.pod_uid, None)
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 1
+    assert (holder(admin, name), lane(admin, name, b)) == (a.pod_uid, None)
+    assert read_worker_status(admin, name)["status"]["staleWritesRejected"] == 1
 
 
 def test_a_waiter_with_a_deadline_answers_waiting_when_it_has_passed(
@@ -187,13 +192,14 @@ def test_a_waiter_with_a_deadline_answers_waiting_when_it_has_passed(
     make_assignment: Callable[..., Assignment],
 ) -> None:
     node = worker_status()
+    name = worker_status_name(node, GPU.uuid)
     a, b = make_assignment(partition=0), make_assignment(partition=1)
     claim(admin, node, GPU, a)
     join(admin, node, GPU, b)
     started = time.monotonic()
-    assert acquire(admin, node, b, wait_s=1.0) is Acquired.WAITING
+    assert acquire(admin, name, b, wait_s=1.0) is Acquired.WAITING
     assert 1.0 <= time.monotonic() - started < 1.0 + PROMPT_S
-    assert waiting(admin, node, b) and holder(admin, node) == a.pod_uid
+    assert waiting(admin, name, b) and holder(admin, name) == a.pod_uid
     # Still ready: once the GPU phase is free, B's next ask is granted at once.
-    assert release_gpu(admin, node, a) is True
-    assert acquire(admin, node, b, wait_s=0) is Acquired.GRANTED
+    assert release_gpu(admin, name, a) is True
+    assert acquire(admin, name, b, wait_s=0) is Acquired.GRANTED

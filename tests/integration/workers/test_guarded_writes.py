@@ -1,16 +1,18 @@
 """The guarded write's edges against the API server: missing objects never stick a finalizer,
 stale stage writes are refused and counted, continuous conflict gives up with a
-clear error, worker IDs are stable per GPU, lanes of one GPU share its worker, the CRD refuses
-a status that breaks the lanes' rules, the sweep frees what no pod holds, and a node's
-WorkerStatus goes with its Node."""
+clear error, each GPU has a WorkerStatus of its own (created by its first lane, named after
+node and GPU, owned by the Node, gone with it), lanes of one GPU share it, the CRD refuses a
+status that breaks the lanes' rules, the finalizer release finds the pod's GPU, and the sweep
+frees what no pod holds."""
 
 from __future__ import annotations
 
 import copy
 import itertools
+import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,15 +31,17 @@ from kuzk.workers import (
     WriteDecision,
     acquire,
     claim,
+    create_worker_status,
     decide_release_gpu,
-    ensure_worker_status,
     guarded_write,
     join,
+    leave,
     release,
     release_gpu,
     stage,
     sweep,
 )
+from kuzk.workerstatus import gpu_id, worker_status_name
 from tests.integration.workers.conftest import read_worker_status
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
@@ -45,23 +49,30 @@ from tests.testenv.waiting import wait_for
 GPUS = [Gpu(f"GPU-{uuid.uuid4()}", "NVIDIA H200", 143_771_942_912) for _ in range(3)]
 
 
-def workers(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
-    status = read_worker_status(api, node).get("status") or {}
-    return {w["id"]: w for w in status.get("workers") or []}
+def worker(api: client.ApiClient, node: str, gpu: Gpu) -> dict[str, Any]:
+    """The one worker of ``gpu``'s WorkerStatus on ``node``."""
+    (only,) = read_worker_status(api, worker_status_name(node, gpu.uuid))["status"]["workers"]
+    return dict(only)
 
 
-def test_missing_object_claim_raises_release_and_sweep_do_nothing(
+def stale_count(api: client.ApiClient, node: str, gpu: Gpu) -> int:
+    ws = read_worker_status(api, worker_status_name(node, gpu.uuid))
+    return int(ws["status"].get("staleWritesRejected", 0))
+
+
+def test_missing_node_claim_raises_release_and_sweep_do_nothing(
     admin: client.ApiClient, make_assignment: Callable[..., Assignment]
 ) -> None:
     node = f"gone-{uuid.uuid4().hex[:8]}"
     a = make_assignment()
     with pytest.raises(WorkerStatusMissing, match=node):
         claim(admin, node, GPUS[0], a)
+    name = worker_status_name(node, GPUS[0].uuid)
     with pytest.raises(WorkerStatusMissing):
-        stage(admin, node, a, "synth_done")
-    assert release(admin, node, a, "succeeded") is False
+        stage(admin, name, a, "synth_done")
+    assert leave(admin, name, a, "succeeded") is False
     assert release(admin, node, a.pod, "failed") is False
-    assert sweep(admin, node, {}, datetime.now(UTC)) == []
+    assert sweep(admin, name, {}, datetime.now(UTC)) == []
 
 
 def test_stale_stage_writes_are_refused_and_counted(
@@ -73,44 +84,47 @@ def test_stale_stage_writes_are_refused_and_counted(
     caplog.set_level(logging.INFO, logger="kuzk.workers")
     node = worker_status()
     a, b = make_assignment(partition=1), make_assignment(partition=2)
-    join(admin, node, GPUS[0], a)
-    assert stage(admin, node, a, "synthesizing") is True
-    assert release(admin, node, a, "succeeded") is True
-    join(admin, node, GPUS[0], b)
-    assert stage(admin, node, a, "synth_done") is False
-    assert release_gpu(admin, node, a) is False
-    assert stage(admin, node, b, "synth_done") is True
-    w0 = workers(admin, node)["W0"]
+    name = join(admin, node, GPUS[0], a)
+    assert stage(admin, name, a, "synthesizing") is True
+    assert leave(admin, name, a, "succeeded") is True
+    assert join(admin, node, GPUS[0], b) == name
+    assert stage(admin, name, a, "synth_done") is False
+    assert release_gpu(admin, name, a) is False
+    assert stage(admin, name, b, "synth_done") is True
+    w0 = worker(admin, node, GPUS[0])
     assert [(lane["pod"]["uid"], lane["stage"]) for lane in w0["lanes"]] == [
         (b.pod_uid, "synth_done")]
     assert w0["completed"] == 1
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
+    assert stale_count(admin, node, GPUS[0]) == 2
     refused = [r.getMessage() for r in caplog.records if "refused stale" in r.getMessage()]
     assert [m.split("refused stale ")[1].split()[0] for m in refused] == [
         "stage", "GPU"]
 
 
-def test_worker_ids_are_stable_per_gpu(
+def test_each_gpu_has_a_worker_status_of_its_own_made_by_its_first_lane(
     admin: client.ApiClient,
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
     node = worker_status()
-    ids = []
+    names = []
     for round_ in range(2):
         for gpu in (GPUS[1], GPUS[0]):
             a = make_assignment(partition=round_)
-            ids.append(claim(admin, node, gpu, a))
-            assert release(admin, node, a, "succeeded") is True
-    assert ids == ["W0", "W1", "W0", "W1"]
-    got = workers(admin, node)
-    assert {w["gpu"]["uuid"] for w in got.values()} == {GPUS[0].uuid, GPUS[1].uuid}
-    assert got["W0"]["gpu"] == {
-        "uuid": GPUS[1].uuid,
-        "name": "NVIDIA H200",
-        "memoryBytes": 143_771_942_912,
-    }
-    assert [w["completed"] for w in got.values()] == [2, 2]
+            names.append(claim(admin, node, gpu, a))
+            assert leave(admin, names[-1], a, "succeeded") is True
+    first, second = (worker_status_name(node, g.uuid) for g in (GPUS[1], GPUS[0]))
+    assert names == [first, second, first, second]
+    assert first == f"{node}-{gpu_id(GPUS[1].uuid)}" != second
+    made = read_worker_status(admin, first)
+    node_uid = client.CoreV1Api(admin).read_node(node).metadata.uid
+    assert made["spec"] == {"nodeName": node, "gpu": {
+        "uuid": GPUS[1].uuid, "name": "NVIDIA H200", "memoryBytes": 143_771_942_912}}
+    assert made["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+    assert [w["id"] for w in made["status"]["workers"]] == [gpu_id(GPUS[1].uuid)]
+    assert [worker(admin, node, g)["completed"] for g in (GPUS[0], GPUS[1])] == [2, 2]
+    assert create_worker_status(admin, node, GPUS[1]) is False, "made once"
 
 
 def test_lanes_of_one_gpu_share_its_worker_and_joining_twice_writes_nothing(
@@ -120,20 +134,36 @@ def test_lanes_of_one_gpu_share_its_worker_and_joining_twice_writes_nothing(
 ) -> None:
     node = worker_status()
     a, b, c = (make_assignment(partition=k) for k in range(3))
-    assert [join(admin, node, GPUS[0], x) for x in (a, b)] + [join(admin, node, GPUS[1], c)] == [
-        "W0", "W0", "W1"]
-    version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
-    assert join(admin, node, GPUS[0], b) == "W0"
-    assert read_worker_status(admin, node)["metadata"]["resourceVersion"] == version
-    status = read_worker_status(admin, node)["status"]
-    got = {w["id"]: w for w in status["workers"]}
-    assert [x["pod"]["uid"] for x in got["W0"]["lanes"]] == [a.pod_uid, b.pod_uid]
-    assert (status["lanes"], status["workerCount"], status["proving"]) == (3, 2, 0)
-    assert [got[w]["state"] for w in ("W0", "W1")] == ["waiting", "waiting"]
+    names = [join(admin, node, GPUS[0], x) for x in (a, b)] + [join(admin, node, GPUS[1], c)]
+    zero, one = (worker_status_name(node, g.uuid) for g in GPUS[:2])
+    assert names == [zero, zero, one]
+    version = read_worker_status(admin, zero)["metadata"]["resourceVersion"]
+    assert join(admin, node, GPUS[0], b) == zero
+    assert read_worker_status(admin, zero)["metadata"]["resourceVersion"] == version
+    status = read_worker_status(admin, zero)["status"]
+    assert [x["pod"]["uid"] for x in status["workers"][0]["lanes"]] == [a.pod_uid, b.pod_uid]
+    assert (status["lanes"], status["workerCount"], status["proving"]) == (2, 1, 0)
+    assert [worker(admin, node, g)["state"] for g in GPUS[:2]] == ["waiting", "waiting"]
 
 
 def _holding_b(status: dict[str, Any]) -> None:
     status["workers"][0]["holder"]["pod"] = {"name": "b", "uid": "uid-not-a-lane"}
+
+
+def _two_holders(status: dict[str, Any]) -> None:
+    lanes = status["workers"][0]["lanes"]
+    lanes.append(copy.deepcopy(lanes[0]) | {"pod": {"name": "b", "uid": "uid-b"}})
+    status["lanes"] += 1
+
+
+def _holder_committing(status: dict[str, Any]) -> None:
+    status["workers"][0]["lanes"][0]["stage"] = "committing"
+
+
+def _another_gpu(status: dict[str, Any]) -> None:
+    other = copy.deepcopy(status["workers"][0]) | {"id": "other"}
+    status["workers"].append(other | {"gpu": {"uuid": "GPU-other"}})
+    status["workerCount"], status["proving"], status["lanes"] = 2, 2, 2
 
 
 def _idle_with_lanes(status: dict[str, Any]) -> None:
@@ -151,11 +181,19 @@ def _two_lanes_of_one_pod(status: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("break_it", "message"),
     [
-        (_holding_b, "the holder of the GPU phase must be one of the worker's lanes"),
+        (_holding_b, "status.workers[0].holder: Invalid value: holder must be one"
+                     " of the worker's lanes"),
+        (_two_holders, "status.workers[0].lanes: Invalid value: a lane in stage gpu"
+                       " must be the holder"),
+        (_holder_committing, "status.workers[0].holder: Invalid value: holder's"
+                             " lane must be in stage gpu"),
+        (_another_gpu, "status.workers: Invalid value: a WorkerStatus is one GPU:"
+                       " status.workers holds at most one worker"),
         (_idle_with_lanes, "state must be gpu with a holder, waiting with lanes and no holder"),
         (_two_lanes_of_one_pod, "a pod has at most one lane on a GPU"),
     ],
-    ids=["holder-not-a-lane", "state", "pod-twice"],
+    ids=["holder-not-a-lane", "two-holders", "holder-committing", "another-gpu", "state",
+         "pod-twice"],
 )
 def test_the_crd_refuses_a_status_that_breaks_the_lanes_rules(
     admin: client.ApiClient,
@@ -166,8 +204,8 @@ def test_the_crd_refuses_a_status_that_breaks_the_lanes_rules(
 ) -> None:
     node = worker_status()
     a = make_assignment()
-    claim(admin, node, GPUS[0], a)
-    before = read_worker_status(admin, node)
+    name = claim(admin, node, GPUS[0], a)
+    before = read_worker_status(admin, name)
 
     def broken(status: Any) -> WriteDecision[None]:
         changed = copy.deepcopy(dict(status))
@@ -175,12 +213,12 @@ def test_the_crd_refuses_a_status_that_breaks_the_lanes_rules(
         return WriteDecision(changed, None)
 
     with pytest.raises(ApiException) as refused:
-        guarded_write(admin, node, broken)
+        guarded_write(admin, name, broken)
     assert refused.value.status == 422
-    assert message in str(refused.value.body)
-    after = read_worker_status(admin, node)
+    assert message in json.loads(refused.value.body)["message"]
+    after = read_worker_status(admin, name)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    assert acquire(admin, node, a, wait_s=0) == "granted", "the lane still holds"
+    assert acquire(admin, name, a, wait_s=0) == "granted", "the lane still holds"
 
 
 class BumpingClient(client.ApiClient):
@@ -206,15 +244,15 @@ def test_continuous_conflict_gives_up_with_a_clear_error(
 ) -> None:
     node = worker_status()
     a = make_assignment()
-    claim(admin, node, GPUS[0], a)
+    name = claim(admin, node, GPUS[0], a)
     configuration = cluster.api.configuration
     marks = itertools.cycle([{a.pod_uid: datetime.now(UTC)}, {}])
     # Another writer (the operator's sweep, marking the lane not live and live again).
     bumping = BumpingClient(
-        configuration, lambda: sweep(admin, node, {a.pod_uid: None}, datetime.now(UTC),
+        configuration, lambda: sweep(admin, name, {a.pod_uid: None}, datetime.now(UTC),
                                      next(marks)))
-    with pytest.raises(WorkerWriteConflict, match=f"WorkerStatus {node}: still conflicting"):
-        guarded_write(bumping, node, lambda s: decide_release_gpu(s, a, datetime.now(UTC)),
+    with pytest.raises(WorkerWriteConflict, match=f"WorkerStatus {name}: still conflicting"):
+        guarded_write(bumping, name, lambda s: decide_release_gpu(s, a, datetime.now(UTC)),
                       budget_s=0.5)
     assert bumping.puts >= 3, "it retried before giving up"
 
@@ -226,70 +264,58 @@ def test_sweep_releases_workers_whose_pod_is_gone_or_ended_and_marks_hung_ones(
 ) -> None:
     node = worker_status()
     running, finished, gone = (make_assignment(partition=i) for i in range(3))
-    for gpu, a in zip(GPUS, (running, finished, gone), strict=True):
-        claim(admin, node, gpu, a)
+    names = [claim(admin, node, gpu, a)
+             for gpu, a in zip(GPUS, (running, finished, gone), strict=True)]
     live: dict[str, kapi.WorkerOutcome | None] = {
         running.pod_uid: None, finished.pod_uid: "succeeded"}
     now = datetime.now(UTC)
     hung = {running.pod_uid: now - timedelta(seconds=5)}
-    assert sweep(admin, node, live, now, hung) == [
-        Released("W1", finished.pod, "succeeded"), Released("W2", gone.pod, "lost")]
-    version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
-    assert sweep(admin, node, live, now, hung) == []
-    assert read_worker_status(admin, node)["metadata"]["resourceVersion"] == version, (
-        "a sweep with nothing to change writes nothing")
-    got = workers(admin, node)
-    assert [got[w]["state"] for w in ("W0", "W1", "W2")] == ["gpu", "idle", "idle"]
-    assert got["W0"]["lanes"][0]["notLiveSince"] == kapi.format_time(
+    ids = [gpu_id(g.uuid) for g in GPUS]
+    assert [sweep(admin, n, live, now, hung) for n in names] == [
+        [], [Released(ids[1], finished.pod, "succeeded")], [Released(ids[2], gone.pod, "lost")]]
+    versions = [read_worker_status(admin, n)["metadata"]["resourceVersion"] for n in names]
+    assert [sweep(admin, n, live, now, hung) for n in names] == [[], [], []]
+    assert [read_worker_status(admin, n)["metadata"]["resourceVersion"]
+            for n in names] == versions, "a sweep with nothing to change writes nothing"
+    got = [worker(admin, node, g) for g in GPUS]
+    assert [w["state"] for w in got] == ["gpu", "idle", "idle"]
+    assert got[0]["lanes"][0]["notLiveSince"] == kapi.format_time(
         now - timedelta(seconds=5), millis=True)
-    assert [got[w]["completed"] for w in ("W0", "W1", "W2")] == [0, 1, 0]
+    assert [w["completed"] for w in got] == [0, 1, 0]
     # The sweep took the GPU phase from a pod it found gone: should that pod turn out to be
-    # alive, its finalizer's release shows the takeover as a refused stale write.
-    assert got["W2"]["previousPodUIDs"] == [gone.pod_uid]
+    # alive, its finalizer's release (which finds the GPU that remembers it) shows the
+    # takeover as a refused stale write, on that GPU's WorkerStatus.
+    assert got[2]["previousPodUIDs"] == [gone.pod_uid]
     assert release(admin, node, PodRef(gone.pod_name, gone.pod_uid), "failed") is False
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 1
+    assert [stale_count(admin, node, g) for g in GPUS] == [0, 0, 1]
     # The finished pod's lane was swept while it held its GPU phase too.
     assert release(admin, node, finished.pod, "succeeded") is False
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 2
+    assert [stale_count(admin, node, g) for g in GPUS] == [0, 1, 1]
+    # The running pod's finalizer release finds its lane on the first GPU.
+    assert release(admin, node, running.pod, "succeeded") is True
+    assert worker(admin, node, GPUS[0])["state"] == "idle"
+    assert release(admin, node, running.pod, "succeeded") is False, "nothing held: no write"
+    assert [stale_count(admin, node, g) for g in GPUS] == [0, 1, 1]
 
 
-@pytest.fixture
-def node_object(admin: client.ApiClient) -> Iterator[client.V1Node]:
-    core = client.CoreV1Api(admin)
-    name = f"ws-owner-{uuid.uuid4().hex[:8]}"
-    node = core.create_node({"metadata": {"name": name}})
-    yield node
-    for delete in (
-        lambda: core.delete_node(name),
-        lambda: client.CustomObjectsApi(admin).delete_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name
-        ),
-    ):
-        try:
-            delete()
-        except ApiException as error:
-            if error.status != 404:
-                raise
-
-
-def test_worker_status_is_created_once_and_deleted_with_its_node(
-    admin: client.ApiClient, node_object: client.V1Node
+def test_worker_statuses_go_with_their_node(
+    admin: client.ApiClient,
+    worker_status: Callable[[], str],
+    make_assignment: Callable[..., Assignment],
 ) -> None:
-    name, uid = node_object.metadata.name, node_object.metadata.uid
-    assert ensure_worker_status(admin, name, uid) is True
-    assert ensure_worker_status(admin, name, uid) is False
-    created = read_worker_status(admin, name)
-    assert created["spec"] == {"nodeName": name}
-    assert created["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}
-    ]
-    client.CoreV1Api(admin).delete_node(name)
+    node = worker_status()
+    names = [join(admin, node, gpu, make_assignment(partition=k)) for k, gpu in enumerate(GPUS)]
+    client.CoreV1Api(admin).delete_node(node)
 
     def gone() -> bool:
-        try:
-            read_worker_status(admin, name)
-        except ApiException as error:
-            return error.status == 404
-        return False
+        for name in names:
+            try:
+                read_worker_status(admin, name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+            else:
+                return False
+        return True
 
-    wait_for(gone, 60, f"garbage collection of WorkerStatus {name}")
+    wait_for(gone, 60, f"garbage collection of the WorkerStatuses of node {node}")

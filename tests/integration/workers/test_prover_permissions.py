@@ -1,8 +1,9 @@
 """A partition pod, running as a ServiceAccount bound to the ``kuzk-prover`` ClusterRole of
-charts/kuzk/files/prover-rbac.yaml, may write its own node's WorkerStatus (join a lane, hold
-the GPU phase, and wait for it on a watch of the object) and nothing else:
+charts/kuzk/files/prover-rbac.yaml, may create and write its own node's GPU's WorkerStatus
+(join a lane, hold the GPU phase, and wait for it on a watch of the object) and nothing else:
 ProofJobs and Pods answer 403, and with the admission policy of
-charts/kuzk/files/worker-node-policy.yaml another node's WorkerStatus is refused. The token
+charts/kuzk/files/worker-node-policy.yaml a WorkerStatus of another node's GPU is refused,
+created or written, naming spec.nodeName. The token
 the process kubelet requests is bound to the Pod, so it carries the node-name claim the
 policy reads. A ServiceAccount that may list WorkerStatuses (as the operator does) is not
 held to its node."""
@@ -22,9 +23,14 @@ from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
 from kuzk import api as kapi
-from kuzk.workers import ensure_worker_status
+from kuzk.workers import Gpu, join
+from kuzk.workerstatus import worker_status_name
 from tests.integration.helpers import DOWNWARD, pod, wait_phase
-from tests.integration.workers.conftest import delete_worker_status, read_worker_status
+from tests.integration.workers.conftest import (
+    delete_worker_statuses,
+    new_assignment,
+    read_worker_status,
+)
 from tests.testenv.cluster import Cluster
 from tests.testenv.kubelet import ProcessKubelet
 from tests.testenv.waiting import wait_for
@@ -87,25 +93,32 @@ def binding(role: str, namespace: str, account: str) -> dict[str, Any]:
     }
 
 
-def policy_in_force(cluster: Cluster, namespace: str, node: str, other: str) -> bool:
-    """Whether the node policy refuses a prover's write to another node's WorkerStatus yet:
-    a policy takes a moment after its creation to be in force. The probe is a dry-run write
-    as the prover's pod-bound token would make it (impersonated, with its node claim)."""
+def refused_create(cluster: Cluster, namespace: str, node: str, other: str) -> str | None:
+    """What the API server answers a prover that creates a WorkerStatus of a GPU of node
+    ``other``, owned by that node, when it refuses it (None while it does not: a policy takes
+    a moment after its creation to be in force). The probe is a dry-run create as the
+    prover's pod-bound token would make it (impersonated, with its node claim)."""
     probe = client.ApiClient(cluster.api.configuration)
     probe.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:prover")
     probe.set_default_header(
         "Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
-    custom = client.CustomObjectsApi(probe)
-    current = read_worker_status(cluster.api, other)
+    owner = cluster.core.read_node(other).metadata.uid
+    body = {
+        "apiVersion": kapi.API_VERSION,
+        "kind": kapi.WORKERSTATUS_KIND,
+        "metadata": {"name": worker_status_name(other, "GPU-create"), "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": other, "uid": owner}]},
+        "spec": {"nodeName": other, "gpu": {"uuid": "GPU-create"}},
+    }
     try:
-        custom.replace_cluster_custom_object_status(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, other, current,
-            dry_run="All")
+        client.CustomObjectsApi(probe).create_cluster_custom_object(
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body, dry_run="All")
     except ApiException as error:
-        return error.status == 403 and "own node" in str(error.body)
+        if error.status == 403 and "own node" in str(error.body):
+            return str(json.loads(error.body).get("message", ""))
     finally:
         probe.close()
-    return False
+    return None
 
 
 def run_program(
@@ -142,8 +155,8 @@ def test_prover_writes_only_its_own_nodes_worker_status(
 ) -> None:
     kubelet = nodes(1, gpus=1)
     (node,) = kubelet.nodes
-    ensure_worker_status(admin, node, cluster.core.read_node(node).metadata.uid)
     other = worker_status()
+    foreign = join(admin, other, Gpu("GPU-foreign"), new_assignment())
     suffix = f"-{uuid.uuid4().hex[:6]}"
     (prover_role,) = renamed(load("prover-rbac.yaml"), suffix)
     role = prover_role["metadata"]["name"]
@@ -175,19 +188,20 @@ def test_prover_writes_only_its_own_nodes_worker_status(
     ]
     try:
         with cluster_objects(admin, rbac + renamed(load("worker-node-policy.yaml"), suffix)):
-            wait_for(lambda: policy_in_force(cluster, namespace, node, other), 30,
-                     "the node policy in force")
+            created = wait_for(lambda: refused_create(cluster, namespace, node, other), 30,
+                               "the node policy in force")
             prover = run_program(cluster, namespace, "prover", "prover", "prover", other)
             listing = run_program(cluster, namespace, "lister", "lister", "lister", other)
     finally:
-        delete_worker_status(admin, node)
+        delete_worker_statuses(admin, node)
 
     assert prover["user"] == f"system:serviceaccount:{namespace}:prover"
     assert prover["token_node"] == node, "the pod-bound token names the node"
     assert prover["extra_node"] == [node], "the API server sees the node-name claim"
-    assert (prover["worker"], prover["stage"], prover["released"]) == ("W0", "gpu", True)
-    # A lane waits for the GPU phase on a watch of its node's WorkerStatus: allowed.
-    assert prover["neighbour_worker"] == "W0"
+    own = worker_status_name(node, kubelet.nodes[node].gpu_uuids()[0])
+    assert (prover["worker"], prover["stage"], prover["released"]) == (own, "gpu", True)
+    # A lane waits for the GPU phase on a watch of its GPU's WorkerStatus: allowed.
+    assert prover["neighbour_worker"] == own
     assert prover["neighbour_waiting"] == "waiting", prover["neighbour_waiting"]
     assert (prover["neighbour_after"], prover["neighbour_left"]) == ("granted", True)
     assert prover["gpu"] == kubelet.nodes[node].gpu_uuids()[0]
@@ -195,9 +209,12 @@ def test_prover_writes_only_its_own_nodes_worker_status(
         assert prover[what]["status"] == 403, (what, prover[what])
     assert prover["other"]["status"] == 403
     assert (
-        f"a prover may write only the WorkerStatus of its own node {node}, not {other}"
-        in prover["other"]["message"]
+        f"spec.nodeName: a prover may write only the WorkerStatuses of its own node {node},"
+        f" not {foreign} of node {other}" in prover["other"]["message"]
     )
     assert f"kuzk-prover-own-node{suffix}" in prover["other"]["message"]
-    assert listing["other"] == {"status": 200, "worker": "W0"}
-    assert read_worker_status(admin, other)["status"]["workers"][0]["gpu"]["uuid"] == "GPU-foreign"
+    assert (f"spec.nodeName: a prover may write only the WorkerStatuses of its own node {node},"
+            f" not {worker_status_name(other, 'GPU-create')} of node {other}" in created)
+    assert listing["other"] == {"status": 200, "worker": foreign}
+    (written,) = read_worker_status(admin, foreign)["status"]["workers"]
+    assert (written["gpu"]["uuid"], len(written["lanes"])) == ("GPU-foreign", 2)

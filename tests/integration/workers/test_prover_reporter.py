@@ -1,8 +1,9 @@
 """ProverReporter, the prover's side of the protocol, against the API server: it is built from
-the partition pod's env, finds its GPU, waits for the operator to create the WorkerStatus,
-joins its GPU's lanes, reports stages, holds the GPU phase only around the GPU work (waiting
-on a watch while another lane holds it), writes nothing between stage changes (no
-heartbeat), leaves on the way out, and stops writing once its lane was taken from it."""
+the partition pod's env, finds its GPU, joins its GPU's lanes (creating the GPU's
+WorkerStatus, after waiting for its Node if need be), reports stages, holds the GPU phase
+only around the GPU work (waiting on a watch while another lane holds it), writes nothing
+between stage changes (no heartbeat), leaves on the way out, and stops writing once its lane
+was taken from it."""
 
 from __future__ import annotations
 
@@ -20,12 +21,9 @@ from kubernetes import client, watch
 
 from kuzk import api
 from kuzk.workers import Gpu, sweep
+from kuzk.workerstatus import worker_status_name
 from kuzk_prover.reporter import ProverReporter
-from tests.integration.workers.conftest import (
-    create_worker_status,
-    delete_worker_status,
-    read_worker_status,
-)
+from tests.integration.workers.conftest import delete_node, read_worker_status
 from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
@@ -46,12 +44,14 @@ def pod_env(cluster: Cluster, node: str, **extra: str) -> dict[str, str]:
     }
 
 
-def w0(api: client.ApiClient, node: str) -> dict[str, Any]:
-    return dict(read_worker_status(api, node)["status"]["workers"][0])
+def w0(api: client.ApiClient, name: str) -> dict[str, Any]:
+    """The one worker of WorkerStatus ``name``."""
+    (worker,) = read_worker_status(api, name)["status"]["workers"]
+    return dict(worker)
 
 
-def lane0(api: client.ApiClient, node: str) -> dict[str, Any]:
-    return dict(w0(api, node)["lanes"][0])
+def lane0(api: client.ApiClient, name: str) -> dict[str, Any]:
+    return dict(w0(api, name)["lanes"][0])
 
 
 def test_a_proof_seen_through_the_reporter(
@@ -60,11 +60,12 @@ def test_a_proof_seen_through_the_reporter(
     node = worker_status()
     env = pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-aaaa,GPU-bbbb")
     with ProverReporter.from_env(env) as reporter:
-        assert reporter.join() == "W0"
-        worker = w0(admin, node)
+        name = worker_status_name(node, "GPU-aaaa")
+        assert reporter.join() == name == reporter.worker_status
+        worker = w0(admin, name)
         assert worker["gpu"] == {"uuid": "GPU-aaaa"}
         assert worker["state"] == "waiting", "a lane, no holder: idle for a CPU reason"
-        lane = lane0(admin, node)
+        lane = lane0(admin, name)
         assert (lane["stage"], lane["partition"], lane["attempt"]) == ("starting", 7, 2)
         assert lane["pod"] == {"name": "snap-p7-a2", "uid": env["POD_UID"]}
         assert lane["job"] == {
@@ -74,20 +75,20 @@ def test_a_proof_seen_through_the_reporter(
             "proofKind": "snap-update",
         }
         reporter.on_stage("synth_done")
-        assert lane0(admin, node)["stage"] == "synth_done"
+        assert lane0(admin, name)["stage"] == "synth_done"
         # The phase's device memory is written by the acquire that takes it, before the
         # phase allocates it; the release writes what the pool holds then (none here).
         with reporter.gpu_phase(3 << 30):
-            held = w0(admin, node)
+            held = w0(admin, name)
             assert (held["state"], held["holder"]["pod"]["uid"]) == ("gpu", env["POD_UID"])
             assert (held["lanes"][0]["stage"], held["lanes"][0]["deviceMemoryBytes"]) == (
                 "gpu", 3 << 30)
-        after = w0(admin, node)
+        after = w0(admin, name)
         assert (after["state"], after["lanes"][0]["stage"]) == ("waiting", "committing")
         assert after["lanes"][0]["deviceMemoryBytes"] == 0
         assert "holder" not in after
         assert "heartbeat" not in after["lanes"][0]
-    done = w0(admin, node)
+    done = w0(admin, name)
     assert (done["state"], done["completed"], done["lanes"]) == ("idle", 1, [])
     assert reporter.release("succeeded") is False, "released once"
 
@@ -100,10 +101,10 @@ def test_a_failure_inside_the_block_releases_without_completing(
         pytest.raises(RuntimeError, match="kernel"),
         ProverReporter.from_env(pod_env(cluster, node)) as reporter,
     ):
-        reporter.join(Gpu("GPU-cccc", "NVIDIA H200", 1 << 37))
+        name = reporter.join(Gpu("GPU-cccc", "NVIDIA H200", 1 << 37))
         with reporter.gpu_phase():
             raise RuntimeError("kernel failed")
-    done = w0(admin, node)
+    done = w0(admin, name)
     assert (done["state"], done["completed"], done["lanes"]) == ("idle", 0, [])
     assert "holder" not in done
     assert done["gpu"] == {"uuid": "GPU-cccc", "name": "NVIDIA H200", "memoryBytes": 1 << 37}
@@ -114,19 +115,20 @@ def test_without_a_gpu_the_worker_is_the_nodes_cpu(
 ) -> None:
     node = worker_status()
     reporter = ProverReporter.from_env(pod_env(cluster, node))
-    reporter.join()
-    assert w0(admin, node)["gpu"] == {"uuid": f"CPU-{node}", "name": "cpu"}
+    name = reporter.join()
+    assert name == worker_status_name(node, f"CPU-{node}")
+    assert w0(admin, name)["gpu"] == {"uuid": f"CPU-{node}", "name": "cpu"}
     assert reporter.release("failed") is True
 
 
-def changes(admin: client.ApiClient, node: str, version: str, seconds: int) -> list[str]:
-    """The resourceVersions the WorkerStatus took after ``version``, as a watch of it sees
+def changes(admin: client.ApiClient, name: str, version: str, seconds: int) -> list[str]:
+    """The resourceVersions WorkerStatus ``name`` took after ``version``, as a watch of it sees
     them for ``seconds`` (the watch's own timeout: the time is the observation)."""
     stream = watch.Watch()  # type: ignore[no-untyped-call]
     seen = []
     for event in stream.stream(  # type: ignore[no-untyped-call]
             client.CustomObjectsApi(admin).list_cluster_custom_object, api.GROUP, api.VERSION,
-            api.WORKERSTATUS_PLURAL, field_selector=f"metadata.name={node}",
+            api.WORKERSTATUS_PLURAL, field_selector=f"metadata.name={name}",
             resource_version=version, timeout_seconds=seconds):
         seen.append(event["object"]["metadata"]["resourceVersion"])
     return seen
@@ -140,16 +142,16 @@ def test_a_lane_writes_nothing_between_its_stage_changes(
     probes' to say."""
     node = worker_status()
     with ProverReporter.from_env(pod_env(cluster, node)) as reporter:
-        reporter.join()
+        name = reporter.join()
         reporter.on_stage("synthesizing")
-        version = read_worker_status(admin, node)["metadata"]["resourceVersion"]
-        assert changes(admin, node, version, 15) == []
+        version = read_worker_status(admin, name)["metadata"]["resourceVersion"]
+        assert changes(admin, name, version, 15) == []
         reporter.on_stage("synth_done")
-        assert len(changes(admin, node, version, 1)) == 1, "the next stage is one write"
-    assert w0(admin, node)["completed"] == 1
+        assert len(changes(admin, name, version, 1)) == 1, "the next stage is one write"
+    assert w0(admin, name)["completed"] == 1
 
 
-def test_join_waits_for_the_operator_to_create_the_object(
+def test_join_waits_for_its_node(
     cluster: Cluster, admin: client.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="kuzk_prover.reporter")
@@ -158,12 +160,12 @@ def test_join_waits_for_the_operator_to_create_the_object(
     try:
         with ThreadPoolExecutor(1) as pool:
             claimed = pool.submit(reporter.join, wait_s=30)
-            wait_for(lambda: "not there yet" in caplog.text, 10, "a join on a missing object")
-            create_worker_status(admin, node)
-            assert claimed.result(timeout=30) == "W0"
+            wait_for(lambda: "not there yet" in caplog.text, 10, "a join on a missing node")
+            client.CoreV1Api(admin).create_node({"metadata": {"name": node}})
+            assert claimed.result(timeout=30) == worker_status_name(node, f"CPU-{node}")
         assert reporter.release("succeeded") is True
     finally:
-        delete_worker_status(admin, node)
+        delete_node(admin, node)
 
 
 def test_a_reporter_whose_lane_was_swept_stops_writing(
@@ -171,16 +173,16 @@ def test_a_reporter_whose_lane_was_swept_stops_writing(
 ) -> None:
     node = worker_status()
     reporter = ProverReporter.from_env(pod_env(cluster, node))
-    reporter.join()
-    assert [r.pod.uid for r in sweep(admin, node, {}, datetime.now(UTC))] == [
+    name = reporter.join()
+    assert [r.pod.uid for r in sweep(admin, name, {}, datetime.now(UTC))] == [
         reporter.assignment.pod_uid
     ]
     reporter.on_stage("synthesizing")
     reporter.on_stage("synth_done")
-    status = read_worker_status(admin, node)["status"]
+    status = read_worker_status(admin, name)["status"]
     assert status["staleWritesRejected"] == 1, "one refused write, then silence"
     assert reporter.release("failed") is False, "already released by the sweep"
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 1
+    assert read_worker_status(admin, name)["status"]["staleWritesRejected"] == 1
 
 
 def test_a_waiting_lane_gets_the_gpu_phase_when_the_holder_gives_it_up(
@@ -194,7 +196,8 @@ def test_a_waiting_lane_gets_the_gpu_phase_when_the_holder_gives_it_up(
     second = ProverReporter.from_env(
         pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-dddd", POD_NAME="snap-p8-a1")
     )
-    assert first.join() == second.join() == "W0"
+    name = worker_status_name(node, "GPU-dddd")
+    assert first.join() == second.join() == name
     held_at: list[float] = []
 
     def second_lane() -> None:
@@ -205,17 +208,17 @@ def test_a_waiting_lane_gets_the_gpu_phase_when_the_holder_gives_it_up(
         waiter = threading.Thread(target=second_lane)
         waiter.start()
         wait_for(
-            lambda: any(lane.get("readyAt") for lane in w0(admin, node)["lanes"]),
+            lambda: any(lane.get("readyAt") for lane in w0(admin, name)["lanes"]),
             10,
             "the second lane waiting for the GPU phase",
         )
-        assert w0(admin, node)["holder"]["pod"]["uid"] == first.assignment.pod_uid
+        assert w0(admin, name)["holder"]["pod"]["uid"] == first.assignment.pod_uid
         assert not held_at
         given_up = time.monotonic()
     waiter.join(timeout=30)
     assert held_at, "the second lane never held the GPU phase"
     assert held_at[0] - given_up < 5, "woken by the watch, not by its timeout"
     assert first.release("succeeded") and second.release("succeeded")
-    done = w0(admin, node)
+    done = w0(admin, name)
     assert (done["state"], done["completed"], done["lanes"]) == ("idle", 2, [])
-    assert read_worker_status(admin, node)["status"]["staleWritesRejected"] == 0
+    assert read_worker_status(admin, name)["status"]["staleWritesRejected"] == 0

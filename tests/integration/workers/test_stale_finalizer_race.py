@@ -1,14 +1,14 @@
 """The bug kuzk exists to prevent, reproduced deterministically against the API server, on the
 normal path of lanes.
 
-Lane A holds W0's GPU phase. A late write about A (a retried release of its GPU phase, or the
+Lane A holds its GPU's phase. A late write about A (a retried release of its GPU phase, or the
 operator's finalizer release of its pod) reads the WorkerStatus while A still holds it, then
 is held before its write until A has given the GPU phase up and lane B has acquired it. The
 compare-and-swap makes the late write conflict; read again, the GPU release is about a GPU
 phase A no longer holds, so it is refused and counted; the finalizer's release finds A's
 lane gone (its prover left) and does nothing, or, while A's lane still commits, removes that
-lane and only it (not stale: the pod is released). Every way W0 shows B holding its GPU
-phase. A retried attempt of the same job and partition is told apart by its pod UID.
+lane and only it (not stale: the pod is released). Every way the GPU's WorkerStatus shows B
+holding its GPU phase. A retried attempt of the same job and partition is told apart by its pod UID.
 
 Beside it, what is not a race: a partition pod preempted before its prover joined a lane. The
 operator's finalizer release for it finds a pod without a lane; it writes nothing and counts
@@ -38,6 +38,7 @@ from kuzk.workers import (
     release,
     release_gpu,
 )
+from kuzk.workerstatus import gpu_id, worker_status_name
 from tests.integration.helpers import read_pod
 from tests.integration.operator.conftest import Plan, apply_job, job_pods, proofjob, wait_job
 from tests.integration.workers.conftest import read_worker_status
@@ -45,6 +46,7 @@ from tests.testenv.cluster import Cluster
 from tests.testenv.waiting import wait_for
 
 GPU = Gpu("GPU-0b6f8d5e-7f0c-4a55-9d1e-1c0ffee00000", "NVIDIA H200", 143_771_942_912)
+W0 = gpu_id(GPU.uuid)
 
 
 class HeldClient(client.ApiClient):
@@ -90,6 +92,7 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
 ) -> None:
     caplog.set_level(logging.INFO, logger="kuzk.workers")
     node = worker_status()
+    name = worker_status_name(node, GPU.uuid)
     a = make_assignment("snap-1", partition=3, attempt=1)
     b = (
         make_assignment("snap-1", partition=3, attempt=2)
@@ -97,8 +100,8 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
         else make_assignment("snap-1", partition=4)
     )
     by_pod_ref = late_write != "gpu-release"
-    assert claim(admin, node, GPU, a) == "W0"
-    assert join(admin, node, GPU, b) == "W0"
+    assert claim(admin, node, GPU, a) == name
+    assert join(admin, node, GPU, b) == name
 
     a_has_read, b_holds = threading.Event(), threading.Event()
 
@@ -111,19 +114,19 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
         if by_pod_ref:
             late = pool.submit(release, writer, node, a.pod, "succeeded")
         else:
-            late = pool.submit(release_gpu, writer, node, a)
+            late = pool.submit(release_gpu, writer, name, a)
         assert a_has_read.wait(30), "the late write never read the object"
-        assert release_gpu(admin, node, a) is True
+        assert release_gpu(admin, name, a) is True
         if late_write == "finalizer-after-leave":
-            assert leave(admin, node, a, "succeeded") is True
-        assert acquire(admin, node, b, wait_s=10) is Acquired.GRANTED
+            assert leave(admin, name, a, "succeeded") is True
+        assert acquire(admin, name, b, wait_s=10) is Acquired.GRANTED
         b_holds.set()
         # Only the finalizer's release while A's lane is still there removes something.
         assert late.result(timeout=30) is (late_write == "finalizer-while-committing")
 
     assert writer.puts[0] == 409, "the late write must lose the compare-and-swap"
-    status = read_worker_status(admin, node)["status"]
-    w0 = worker(status, "W0")
+    status = read_worker_status(admin, name)["status"]
+    w0 = worker(status, W0)
     assert (w0["state"], w0["holder"]["pod"]) == ("gpu", {"name": b.pod_name, "uid": b.pod_uid})
     held = next(lane for lane in w0["lanes"] if lane["pod"]["uid"] == b.pod_uid)
     assert (held["job"]["name"], held["partition"], held["attempt"], held["stage"]) == (
@@ -143,8 +146,8 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
             assert writer.puts == [409, 200]
         # The finalizer once more (the operator retried): nothing to do, nothing counted.
         assert release(admin, node, a.pod, "succeeded") is False
-        again = read_worker_status(admin, node)["status"]
-        assert (again["staleWritesRejected"], worker(again, "W0")["holder"]["pod"]["uid"]) == (
+        again = read_worker_status(admin, name)["status"]
+        assert (again["staleWritesRejected"], worker(again, W0)["holder"]["pod"]["uid"]) == (
             0, b.pod_uid)
     else:
         assert writer.puts == [409, 200], "the refusal is counted: written again"
@@ -162,18 +165,19 @@ def test_the_finalizer_after_the_provers_own_leave_is_not_stale(
     """The operator's finalizer release after the prover's own leave is done already, before
     and after the next lane holds the GPU phase: it leaves that lane and the count alone."""
     node = worker_status()
+    name = worker_status_name(node, GPU.uuid)
     a, b = make_assignment(), make_assignment(partition=1)
     claim(admin, node, GPU, a)
-    assert release(admin, node, a, "succeeded") is True
+    assert leave(admin, name, a, "succeeded") is True
     assert release(admin, node, a.pod, "succeeded") is False
-    status = read_worker_status(admin, node)["status"]
-    assert (worker(status, "W0")["completed"], worker(status, "W0")["state"]) == (1, "idle")
+    status = read_worker_status(admin, name)["status"]
+    assert (worker(status, W0)["completed"], worker(status, W0)["state"]) == (1, "idle")
     assert status["staleWritesRejected"] == 0
 
-    assert claim(admin, node, GPU, b) == "W0"
+    assert claim(admin, node, GPU, b) == name
     assert release(admin, node, a.pod, "succeeded") is False
-    status = read_worker_status(admin, node)["status"]
-    w0 = worker(status, "W0")
+    status = read_worker_status(admin, name)["status"]
+    w0 = worker(status, W0)
     assert (w0["state"], w0["holder"]["pod"]["uid"], w0["completed"]) == ("gpu", b.pod_uid, 1)
     assert status["staleWritesRejected"] == 0
 
@@ -181,9 +185,10 @@ def test_the_finalizer_after_the_provers_own_leave_is_not_stale(
 def test_a_pod_preempted_before_it_joins_is_not_a_stale_write(
     cluster: Cluster, namespace: str, nodes: Any, run_operator: Any, plan: Plan
 ) -> None:
-    """The stand-in prover never joins a lane. W0 last carried another pod's lane (idle now), a
-    snap partition runs on the node's one GPU without joining, a winning-post job preempts it,
-    and the operator's finalizer release of the preempted pod must leave the count alone."""
+    """The stand-in prover never joins a lane. The GPU last carried another pod's lane (idle
+    now), a snap partition runs on the node's one GPU without joining, a winning-post job
+    preempts it, and the operator's finalizer release of the preempted pod must leave the
+    count alone."""
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
     gpu = Gpu(kubelet.nodes[node].gpu_uuids()[0])
@@ -194,17 +199,10 @@ def test_a_pod_preempted_before_it_joins_is_not_a_stale_write(
     (victim,) = job_pods(cluster, namespace, "snap")
     assert kapi.FINALIZER in (victim.metadata.finalizers or []), "its release is the operator's"
 
-    def worker_status_exists() -> bool:
-        try:
-            read_worker_status(cluster.api, node)
-        except client.ApiException:
-            return False
-        return True
-
-    wait_for(worker_status_exists, 30, f"the operator's WorkerStatus {node}")
     earlier = Assignment(namespace, "earlier", "uid-earlier", "snap-update", 0, 1, "e", "uid-e")
-    assert claim(cluster.api, node, gpu, earlier) == "W0"
-    assert release(cluster.api, node, earlier, "succeeded") is True
+    name = worker_status_name(node, gpu.uuid)
+    assert claim(cluster.api, node, gpu, earlier) == name
+    assert leave(cluster.api, name, earlier, "succeeded") is True
 
     apply_job(cluster, namespace, proofjob("winning", "winning-post"))
     wait_job(cluster, namespace, "winning", "Succeeded", timeout=90)
@@ -215,7 +213,7 @@ def test_a_pod_preempted_before_it_joins_is_not_a_stale_write(
     )
     wait_job(cluster, namespace, "snap", "Succeeded", timeout=90)
 
-    status = read_worker_status(cluster.api, node)["status"]
+    status = read_worker_status(cluster.api, name)["status"]
     assert status["staleWritesRejected"] == 0
     (w0,) = status["workers"]
     assert (w0["state"], w0["lanes"], w0["completed"]) == ("idle", [], 1)

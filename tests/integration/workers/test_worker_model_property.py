@@ -1,11 +1,11 @@
-"""Hypothesis drives interleavings of join, stage, acquire, release of the GPU phase, leave,
-the finalizer's release and the sweep, for 2 to 3 lanes over 1 or 2 GPUs, against a fresh
-WorkerStatus per example. After every step the API server holds exactly what the pure
-decision made of the previous object (it accepts every status the protocol writes: the CRD's
-schema and CEL rules agree with the model), and what the independent model
-(``tests/integration/workers/model.py``) says; each call answers as the decision and the
-model do, and the invariants hold: at most one holder per GPU and it is one of its lanes,
-and after a sweep no holder's pod is gone."""
+"""Hypothesis drives interleavings of join, stage, acquire, release of the GPU phase, leave, the
+finalizer's release and the sweep, for 2 to 3 lanes over 1 or 2 GPUs of a fresh node per example
+(each GPU's WorkerStatus made by its first lane). After every step the API server holds exactly
+what the pure decision made of the previous version of the lane's GPU's object (it accepts every
+status the protocol writes: the CRD's schema and CEL rules agree with the model), and the node's
+objects together what the independent model (``tests/integration/workers/model.py``) says; each
+call answers as the decision and the model do, and the invariants hold: at most one holder per
+GPU and it is one of its lanes, and after a sweep no holder's pod is gone."""
 
 from __future__ import annotations
 
@@ -28,18 +28,15 @@ from kuzk.workers import (
     decide_stage,
     decide_sweep,
     join,
+    leave,
+    node_worker_statuses,
     release,
     release_gpu,
     stage,
     sweep,
 )
-from kuzk.workerstatus import parse
-from tests.integration.workers.conftest import (
-    create_worker_status,
-    delete_worker_status,
-    new_assignment,
-    read_worker_status,
-)
+from kuzk.workerstatus import parse, worker_status_name
+from tests.integration.workers.conftest import delete_node, new_assignment
 from tests.integration.workers.model import NodeModel, observed
 
 OPERATIONS = ("join", "stage", "acquire", "release_gpu", "leave", "finalizer", "sweep", "die")
@@ -69,6 +66,31 @@ def _lanes(status: dict[str, Any]) -> dict[str, list[str]]:
     return out
 
 
+def _status(api: client.ApiClient, name: str) -> dict[str, Any]:
+    """The status of WorkerStatus ``name``; empty while it does not exist."""
+    try:
+        got = client.CustomObjectsApi(api).get_cluster_custom_object(
+            "kuzk.io", "v1alpha1", "workerstatuses", name)
+    except client.ApiException as error:
+        if error.status == 404:
+            return {}
+        raise
+    return dict(got.get("status") or {})
+
+
+def _node_status(api: client.ApiClient, node: str) -> dict[str, Any]:
+    """The node's WorkerStatuses as one status: their workers by ID, their counts summed."""
+    statuses = [ws.get("status") or {} for ws in node_worker_statuses(api, node)]
+    workers = sorted((w for s in statuses for w in s.get("workers") or []),
+                     key=lambda w: w["id"])
+    counts = ("proving", "lanes", "workerCount", "staleWritesRejected")
+    return {"workers": workers, **{k: sum(s.get(k, 0) for s in statuses) for k in counts}}
+
+
+def _by_id(seen: dict[str, Any]) -> dict[str, Any]:
+    return {**seen, "workers": sorted(seen["workers"], key=lambda w: w["id"])}
+
+
 @settings(
     max_examples=25,
     deadline=None,
@@ -87,35 +109,40 @@ def test_the_object_follows_the_pure_decisions(
         new_assignment("prop", partition=1),
     ]
     node = f"prop-{uuid.uuid4().hex[:10]}"
-    create_worker_status(admin, node)
+    client.CoreV1Api(admin).create_node({"metadata": {"name": node}})
+    names = [worker_status_name(node, gpu.uuid) for gpu in gpus]
     dead: set[str] = set()
     model = NodeModel()
     try:
         for t, (op, index) in enumerate(steps):
             a, gpu = lanes[index], gpus[gpu_of[index]]
-            before = read_worker_status(admin, node).get("status") or {}
+            name = names[gpu_of[index]]
+            before = _status(admin, name)
             live = {x.pod_uid: None for x in lanes if x.pod_uid not in dead}
             # The decision is made after the call, at a later time: the order of readyAt
             # (who gets the GPU next) is the same as the real write's.
             got: object
             if op == "join":
-                got = join(admin, node, gpu, a)
+                assert join(admin, node, gpu, a) == name, "joined its GPU's WorkerStatus"
                 want = decide_join(before, gpu, a, datetime.now(UTC))
                 told = model.join(gpu.uuid, a.pod_uid, a.proof_kind, t)
+                got = want.result  # the worker's ID, as the model names it
+            elif op in ("stage", "acquire", "release_gpu", "leave") and not before:
+                continue  # no lane of this GPU ever joined: the prover writes after its join
             elif op == "stage":
-                got = stage(admin, node, a, "synth_done")
+                got = stage(admin, name, a, "synth_done")
                 want = decide_stage(before, a, "synth_done", datetime.now(UTC))
                 told = model.stage(a.pod_uid, "synth_done", t)
             elif op == "acquire":
-                got = acquire(admin, node, a, wait_s=0)
+                got = acquire(admin, name, a, wait_s=0)
                 want = decide_acquire(before, a, datetime.now(UTC))
                 told = model.acquire(a.pod_uid, t)
             elif op == "release_gpu":
-                got = release_gpu(admin, node, a)
+                got = release_gpu(admin, name, a)
                 want = decide_release_gpu(before, a, datetime.now(UTC))
                 told = model.release_gpu(a.pod_uid, t)
             elif op == "leave":
-                got = release(admin, node, a, "succeeded")
+                got = leave(admin, name, a, "succeeded")
                 want = decide_release(before, a, "succeeded", datetime.now(UTC))
                 told = model.leave(a.pod_uid, True)
             elif op == "finalizer":
@@ -124,23 +151,30 @@ def test_the_object_follows_the_pure_decisions(
                 told = model.finalizer(a.pod_uid, False)
             elif op == "sweep":
                 moment = datetime.now(UTC)
-                got, want = sweep(admin, node, live, moment), decide_sweep(before, live, moment)
-                told = [(r.worker_id, r.pod.uid, r.outcome) for r in want.result]
-                assert model.sweep_live(live) == told
+                befores = {n: _status(admin, n) for n in names}
+                got = [r for n in names for r in sweep(admin, n, live, moment)]
+                wants = {n: decide_sweep(b, live, moment) for n, b in befores.items()}
+                assert got == [r for w in wants.values() for r in w.result]
+                told = [(r.worker_id, r.pod.uid, r.outcome) for w in wants.values()
+                        for r in w.result]
+                assert sorted(model.sweep_live(live)) == sorted(told)
+                for n, w in wants.items():
+                    expected = befores[n] if w.status is None else w.status
+                    assert _lanes(_status(admin, n)) == _lanes(expected), f"after sweep: {n}"
             else:
                 dead.add(a.pod_uid)
                 continue
-            after = read_worker_status(admin, node).get("status") or {}
-            assert got == want.result, f"{op} of lane {index} answered {got!r}"
+            after = _status(admin, name)
             if op != "sweep":
+                assert got == want.result, f"{op} of lane {index} answered {got!r}"
                 assert got == told, f"{op} of lane {index}: the model says {told!r}"
-            expected = before if want.status is None else want.status
-            assert _lanes(after) == _lanes(expected), f"after {op} of lane {index}"
-            assert observed(after) == model.expected(), f"after {op} of lane {index}"
+                expected = before if want.status is None else want.status
+                assert _lanes(after) == _lanes(expected), f"after {op} of lane {index}"
+            assert _by_id(observed(_node_status(admin, node))) == _by_id(model.expected()), (
+                f"after {op} of lane {index}")
             for w in parse(after).workers:
                 assert w.holder is None or w.lane(w.holder.pod.uid) is not None
                 if op == "sweep":
                     assert w.holder is None or w.holder.pod.uid not in dead
     finally:
-        delete_worker_status(admin, node)
-
+        delete_node(admin, node)

@@ -39,6 +39,7 @@ from kuzk.workers import (
     release_gpu,
     stage,
 )
+from kuzk.workerstatus import worker_status_name
 
 DIED_SHARE = 0.1  # of the partitions whose prover dies, released by the finalizer
 SWEPT_SHARE = 0.1  # of the partitions whose prover dies and whose pod is gone: the sweep's
@@ -82,14 +83,18 @@ def run_writer(
     rng = random.Random(seed)
     report = Report(writer, gpu)
     device = Gpu(gpus[gpu])
+    name = worker_status_name(node, device.uuid)
     done: list[Assignment] = []
 
     def call(operation: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        # Giving up after the conflict budget means that no write landed: try again.
+        # The join and the finalizer's release are addressed by node (the release finds the
+        # GPU), the lane's other writes by its GPU's WorkerStatus. Giving up after the
+        # conflict budget means that no write landed: try again.
+        where = node if operation in (join, release) else name
         while True:
             try:
                 report.writes += 1
-                return operation(api, node, *args, **kwargs)
+                return operation(api, where, *args, **kwargs)
             except WorkerWriteConflict:
                 report.gave_up += 1
 
@@ -100,7 +105,7 @@ def run_writer(
     for k in range(partitions):
         a = Assignment("concurrency", f"job-{writer}", str(uuid.uuid4()), "porep-c2", k, 1,
                        f"pod-{writer}-{k}", str(uuid.uuid4()))
-        expect("join", call(join, device, a).startswith("W"), True)
+        expect("join", call(join, device, a), name)
         expect("synthesizing", call(stage, a, "synthesizing"), True)
         fate = rng.random()
         dies = fate < DIED_SHARE + SWEPT_SHARE

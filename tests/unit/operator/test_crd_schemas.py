@@ -89,8 +89,9 @@ def test_names_scope_and_subresource(kind, scope, short, plural):
             "WorkerStatus",
             {
                 "Node": ".spec.nodeName",
-                "Proving": ".status.proving",
-                "Workers": ".status.workerCount",
+                "GPU": ".spec.gpu.uuid",
+                "State": ".status.workers[0].state",
+                "Holder": ".status.workers[0].holder.pod.name",
                 "Lanes": ".status.lanes",
                 "Age": ".metadata.creationTimestamp",
             },

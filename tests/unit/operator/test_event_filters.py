@@ -1,6 +1,7 @@
 """Which events are worth a sync: a lane's liveness mark is not, a stage or an assignment is;
-a pod's change of liveness is worth a sweep of its node, its other changes are not; and the
-peering rule that pauses a replica (Kopf's, applied to the same peering object)."""
+a pod's change of liveness is worth a sweep of its node's WorkerStatuses, its other changes
+are not; and the peering rule that pauses a replica (Kopf's, applied to the same peering
+object)."""
 
 from __future__ import annotations
 
@@ -50,21 +51,29 @@ def pod(ready: str, *, phase: str = "Running", uid: str = "p1") -> dict[str, Any
                            "running": {"startedAt": "2026-12-02T12:00:00Z"}}}]}}
 
 
-async def test_a_pod_that_stops_or_starts_again_being_live_sweeps_its_node_soon() -> None:
+async def test_a_pod_that_stops_or_starts_again_being_live_sweeps_its_nodes_gpus_soon() -> None:
     controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
-    runtime = Runtime(controller, Caches({}, {}, {}))
+    gpus = {name: [{"metadata": {"name": name}, "spec": {"nodeName": node}}]
+            for name, node in (("n1-0", "n1"), ("n1-1", "n1"), ("n2-0", "n2"))}
+    runtime = Runtime(controller, Caches({}, {}, gpus))
+
+    def swept() -> list[str]:
+        return [name for name in gpus if runtime.queue.scheduled(("sweep", name))]
+
     runtime.on_pod("ADDED", pod("True"))
-    assert not runtime.queue.scheduled(("sweep", "n1")), "live, as before: nothing to mark"
+    assert swept() == [], "live, as before: nothing to mark"
     runtime.on_pod("MODIFIED", pod("False"))
-    assert runtime.queue.scheduled(("sweep", "n1"))
-    runtime.queue.forget(("sweep", "n1"))
+    assert swept() == ["n1-0", "n1-1"], "the WorkerStatuses of the pod's node"
+    for name in gpus:
+        runtime.queue.forget(("sweep", name))
     runtime.on_pod("MODIFIED", pod("False"))
-    assert not runtime.queue.scheduled(("sweep", "n1")), "still not live: marked already"
+    assert swept() == [], "still not live: marked already"
     runtime.on_pod("MODIFIED", pod("True"))
-    assert runtime.queue.scheduled(("sweep", "n1")), "live again: the mark goes"
-    runtime.queue.forget(("sweep", "n1"))
+    assert swept() == ["n1-0", "n1-1"], "live again: the mark goes"
+    for name in gpus:
+        runtime.queue.forget(("sweep", name))
     runtime.on_pod("MODIFIED", pod("False", phase="Failed"))
-    assert not runtime.queue.scheduled(("sweep", "n1")), "an ended pod is its finalizer's"
+    assert swept() == [], "an ended pod is its finalizer's"
     await runtime.close()
 
 

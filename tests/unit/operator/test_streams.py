@@ -16,7 +16,7 @@ from kuzk.controller import Controller
 from kuzk.listwatch import KubeClient
 from kuzk.pods import PodSettings
 from kuzk.runtime import Runtime
-from kuzk.streams import NODES, POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams, by_name
+from kuzk.streams import POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams, by_name
 
 
 def pod(name: str, rv: str, node: str | None = None, job: str = "j") -> dict[str, Any]:
@@ -25,11 +25,9 @@ def pod(name: str, rv: str, node: str | None = None, job: str = "j") -> dict[str
             "spec": {"nodeName": node} if node else {}}
 
 
-def node(name: str, rv: str = "1", gpus: int = 8) -> dict[str, Any]:
-    return {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": rv,
-                         "annotations": {"big": "x" * 100}},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
-                       "images": [{"names": ["big"]}], "conditions": []}}
+def worker_status(name: str, rv: str = "1", node: str = "n1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": rv},
+            "spec": {"nodeName": node, "gpu": {"uuid": f"GPU-{name}"}}}
 
 
 class Heard:
@@ -44,9 +42,6 @@ class Heard:
 
     def on_worker_status(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
         self.events.append((WORKERSTATUSES, event, name))
-
-    def on_node(self, event: str | None, node: Mapping[str, Any]) -> None:
-        self.events.append((NODES, event, node["metadata"]["name"]))
 
     def on_listed(self, replay: Callable[[], None]) -> None:
         self.listed += 1
@@ -118,14 +113,8 @@ def test_partition_pods_are_selected_by_the_labels_the_pod_builder_sets_per_name
         "/api/v1/pods"]
 
 
-def test_nodes_are_kept_slim() -> None:
-    heard = Heard()
-    streams = streams_of(heard)
-    nodes = next(s for s in streams.streams if s.resource == NODES)
-    nodes.listed([node("n1")])
-    kept = nodes.objects[("", "n1")]
-    assert kept == {"metadata": {"name": "n1", "uid": "u-n1", "resourceVersion": "1"},
-                    "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+def test_the_operator_streams_no_nodes() -> None:
+    assert sorted(s.resource for s in streams_of(Heard()).streams) == [PODS, WORKERSTATUSES]
 
 
 def test_the_runtime_hears_listed_once_every_stream_has_listed_and_again_after_a_stop() -> None:
@@ -153,13 +142,11 @@ def test_a_replay_delivers_everything_held() -> None:
     heard = Heard()
     streams = streams_of(heard)
     for stream in streams.streams:
-        stream.listed({PODS: [pod("p", "1")], NODES: [node("n1")],
-                       WORKERSTATUSES: [{"metadata": {"name": "n1", "resourceVersion": "1"}}]
+        stream.listed({PODS: [pod("p", "1")], WORKERSTATUSES: [worker_status("n1-0")]
                        }[stream.resource])
     heard.events.clear()
     streams.replay()
-    assert sorted(heard.events) == [
-        (NODES, "ADDED", "n1"), (PODS, "ADDED", "p"), (WORKERSTATUSES, "ADDED", "n1")]
+    assert sorted(heard.events) == [(PODS, "ADDED", "p"), (WORKERSTATUSES, "ADDED", "n1-0")]
 
 
 async def test_a_held_runtime_runs_nothing_until_the_streams_have_listed() -> None:
@@ -172,7 +159,7 @@ async def test_a_held_runtime_runs_nothing_until_the_streams_have_listed() -> No
     runtime.hold()
     orphan = {**pod("orphan", "1"), "metadata": {**pod("orphan", "1")["metadata"],
                                                   "ownerReferences": []}}
-    by_resource = {PODS: [orphan], NODES: [node("n1")], WORKERSTATUSES: []}
+    by_resource = {PODS: [orphan], WORKERSTATUSES: [worker_status("n1-0")]}
     for stream in streams.streams[:-1]:
         stream.listed(by_resource[stream.resource])
     runtime.on_job("ADDED", "ns", "j", "ju", "5")
@@ -181,7 +168,7 @@ async def test_a_held_runtime_runs_nothing_until_the_streams_have_listed() -> No
     streams.streams[-1].listed(by_resource[streams.streams[-1].resource])
 
     assert runtime.listed
-    for key in (("job", "ns", "j"), ("node", "n1"), ("pod", "ns", "orphan")):
+    for key in (("job", "ns", "j"), ("sweep", "n1-0"), ("pod", "ns", "orphan")):
         assert runtime.queue.scheduled(key), key
     await runtime.close()
 
@@ -190,13 +177,14 @@ async def test_a_peering_pause_holds_the_runtime_until_the_next_lists() -> None:
     controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
     runtime = Runtime(controller, Caches({}, {}, {}))
     runtime.on_peering(True)
-    runtime.on_node("ADDED", node("n1"))
+    runtime.on_worker_status("ADDED", "n1-0", worker_status("n1-0"))
     assert runtime.queue.tracked() == [] and not runtime.listed
     runtime.on_peering(False)
-    runtime.on_node("MODIFIED", node("n1", rv="2", gpus=4))
+    runtime.on_worker_status("MODIFIED", "n1-0", worker_status("n1-0", rv="2"))
     assert runtime.queue.tracked() == []  # still held: the streams have not listed again
-    runtime.on_listed(lambda: runtime.on_node("ADDED", node("n1", rv="2", gpus=4)))
-    assert runtime.queue.scheduled(("node", "n1"))
+    runtime.on_listed(
+        lambda: runtime.on_worker_status("ADDED", "n1-0", worker_status("n1-0", rv="2")))
+    assert runtime.queue.scheduled(("sweep", "n1-0"))
     await runtime.close()
 
 
@@ -204,8 +192,8 @@ async def test_at_start_nothing_runs_until_kopfs_proofjob_index_is_complete_too(
     controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
     runtime = Runtime(controller, Caches({}, {}, {}))
     runtime.hold(jobs=True)
-    runtime.on_listed(lambda: runtime.on_node("ADDED", node("n1")))
+    runtime.on_listed(lambda: runtime.on_worker_status("ADDED", "n1-0", worker_status("n1-0")))
     assert runtime.queue.tracked() == []  # every pod would look orphaned to the sync
     runtime.on_jobs_indexed()
-    assert runtime.queue.scheduled(("node", "n1"))
+    assert runtime.queue.scheduled(("sweep", "n1-0"))
     await runtime.close()

@@ -93,6 +93,19 @@ def workerstatus(node: str, *workers: ws.Worker, stale: int = 0,
     }
 
 
+def gpu_workerstatus(node: str, worker: ws.Worker, *, stale: int = 0,
+                     updated: float = T0) -> dict[str, Any]:
+    """The WorkerStatus of one GPU of ``node``: ``worker``, named as a lane's join names it."""
+    name = ws.worker_status_name(node, worker.gpu.uuid)
+    model = ws.WorkerStatusModel(workers=(worker,), stale_writes_rejected=stale)
+    return {
+        "apiVersion": api.API_VERSION, "kind": api.WORKERSTATUS_KIND,
+        "metadata": {"name": name, "uid": f"uid-ws-{name}"},
+        "spec": {"nodeName": node, "gpu": worker.gpu.as_status()},
+        "status": model.as_status(at(updated)),
+    }
+
+
 def written(node: str, status: dict[str, Any] | None) -> dict[str, Any]:
     """A WorkerStatus whose status is what a write protocol decision stored."""
     return {

@@ -19,6 +19,7 @@ from kuzk.workerstatus import GpuTime, Memory
 from tests.unit.status.builders import (
     T0,
     at,
+    gpu_workerstatus,
     lane,
     ledger_map,
     node,
@@ -88,6 +89,42 @@ def test_memory_and_synthesis_per_gpu_and_per_node(feed: Feed, view: StatusView)
     assert d["nodes"] == [{"node": "n", "gpus": 2, "lanes": 5, "lanes_synthesizing": 2,
                            "lanes_waiting": 1, "host_memory_bytes": 1000,
                            "device_memory_bytes": 0, "allocatable_memory_bytes": 64 << 30}]
+
+
+PER_NODE = ("kuzk_gpu_workers", "kuzk_gpu_lanes", "kuzk_node_allocatable_memory_bytes")
+
+
+def test_a_nodes_gpus_worker_statuses_make_one_node_line(feed: Feed, view: StatusView) -> None:
+    """Each GPU has a WorkerStatus of its own: the node's line and its per-node series sum
+    them, once per node."""
+    allocatable = node("n", 2)
+    allocatable["status"]["allocatable"]["memory"] = "64Gi"
+    feed(nodes=[allocatable], workerstatuses=[
+        gpu_workerstatus("n", worker("W0", "gpu", job="j", partition=0, uuid="GPU-0", lanes=(
+            measured("j", 1, "synthesizing", 300), measured("j", 2, "synth_done", 500,
+                                                            ready=T0)))),
+        gpu_workerstatus("n", worker("W1", uuid="GPU-1", lanes=(
+            measured("j", 3, "synthesizing", 200), lane("j", 4, stage="starting")))),
+        gpu_workerstatus("m", worker("W2", uuid="GPU-2"))])
+    d = doc(view)
+    assert [(w["node"], w["gpu_uuid"]) for w in d["gpu_workers"]] == [
+        ("m", "GPU-2"), ("n", "GPU-0"), ("n", "GPU-1")]
+    assert d["nodes"] == [
+        {"node": "m", "gpus": 1, "lanes": 0, "lanes_synthesizing": 0, "lanes_waiting": 0,
+         "host_memory_bytes": 0, "device_memory_bytes": 0, "allocatable_memory_bytes": None},
+        {"node": "n", "gpus": 2, "lanes": 5, "lanes_synthesizing": 2, "lanes_waiting": 1,
+         "host_memory_bytes": 1000, "device_memory_bytes": 0,
+         "allocatable_memory_bytes": 64 << 30}]
+    text = generate_latest(metrics.registry(view)).decode()
+    samples = [(s.name, tuple(sorted(s.labels.items())), s.value)
+               for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name in PER_NODE and s.labels.get("node") == "n"]
+    assert len(samples) == len(set((name, labels) for name, labels, _ in samples)), "once"
+    assert ("kuzk_gpu_workers", (("node", "n"), ("state", "gpu")), 1) in samples
+    assert ("kuzk_gpu_workers", (("node", "n"), ("state", "waiting")), 1) in samples
+    assert ("kuzk_gpu_lanes", (("node", "n"), ("stage", "synthesizing")), 2) in samples
+    assert ("kuzk_node_allocatable_memory_bytes", (("Hostname", "n"), ("node", "n")),
+            64 << 30) in samples
 
 
 def test_memory_gauges_carry_the_gpu_labels(feed: Feed, view: StatusView) -> None:

@@ -1,13 +1,14 @@
 """A partition pod's process for the permissions test: what its ServiceAccount may do.
 
 argv: MODE OTHER_NODE. MODE "prover" reports the node-name claim (in the token and as the API
-server sees it), joins its GPU's lanes, stages, holds the GPU phase and leaves through
-ProverReporter; while it holds the GPU phase a second lane on the same GPU (a neighbour pod's,
+server sees it), joins its GPU's lanes (creating the GPU's WorkerStatus), stages, holds the
+GPU phase and leaves through ProverReporter; while it holds the GPU phase a second lane on
+the same GPU (a neighbour pod's,
 written with the same credentials) asks for it and waits on a watch of the WorkerStatus,
 then is granted it once the reporter gave it up. It then tries to patch a ProofJob
-(``$KUZK_JOB``) and its own Pod, then writes OTHER_NODE's WorkerStatus until the API server
-refuses (the admission policy may take a moment to load).
-MODE "lister" only writes OTHER_NODE's WorkerStatus once. The report is JSON in the
+(``$KUZK_JOB``) and its own Pod, then writes the WorkerStatus of OTHER_NODE's GPU-foreign
+until the API server refuses (the admission policy may take a moment to load).
+MODE "lister" only writes that WorkerStatus once. The report is JSON in the
 termination message.
 """
 
@@ -66,22 +67,22 @@ if mode == "prover":
 
     report["worker"] = reporter.join()
     reporter.on_stage("synthesizing")
-    node = env["NODE_NAME"]
+    node, name = env["NODE_NAME"], report["worker"]
     neighbour = dataclasses.replace(
         reporter.assignment, partition=1, pod_name="neighbour", pod_uid=str(uuid.uuid4())
     )
     report["neighbour_worker"] = join(api, node, reporter.gpu(), neighbour)
     with reporter.gpu_phase():
         own = client.CustomObjectsApi(api).get_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, node
+            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name
         )
         try:  # waits on a watch: the prover's role must grant it
-            report["neighbour_waiting"] = str(acquire(api, node, neighbour, wait_s=1.5))
+            report["neighbour_waiting"] = str(acquire(api, name, neighbour, wait_s=1.5))
         except ApiException as error:
             report["neighbour_waiting"] = refusal(error)
-    report["neighbour_after"] = str(acquire(api, node, neighbour, wait_s=30))
-    report["neighbour_left"] = leave(api, node, neighbour, "succeeded")
-    held = next(w for w in own["status"]["workers"] if w["id"] == report["worker"])
+    report["neighbour_after"] = str(acquire(api, name, neighbour, wait_s=30))
+    report["neighbour_left"] = leave(api, name, neighbour, "succeeded")
+    (held,) = own["status"]["workers"]
     report["stage"] = held["lanes"][0]["stage"]
     report["gpu"] = held["gpu"]["uuid"]
     report["released"] = reporter.release("succeeded")
