@@ -1413,6 +1413,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{load['job_after']:.1f}; total {time.monotonic() - started:.0f}s", flush=True)
         if args.json:
             args.json.write_text(json.dumps(result, indent=2, sort_keys=True))
+    failed = {s: result[s]["failed_jobs"] for s in (KUZK, JOB) if result[s]["failed_jobs"]}
+    if failed:
+        print(f"jobs failed, the figures are not a fleet's: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

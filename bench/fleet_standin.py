@@ -163,9 +163,10 @@ class Reporter(ProverReporter):
             self.stats.add("claim_gave_up")
             raise
 
-    def acquire(self) -> workers.Acquired | None:
+    def acquire(self, device_bytes: int = 0) -> workers.Acquired | None:
         self.stats.add("acquire")
-        result: workers.Acquired | None = self.stats.timed("acquire", super().acquire)
+        result: workers.Acquired | None = self.stats.timed(
+            "acquire", lambda: super(Reporter, self).acquire(device_bytes))
         if result is None:
             self.stats.add("acquire_failed")
         elif result is not workers.Acquired.GRANTED:
