@@ -11,7 +11,7 @@
 #
 # BASE_IMAGE is any Debian or Ubuntu image (python3 3.11 or later and its venv module are
 # installed when missing); EXTRAS names more extras of the prover to install (`gpu`: CuPy). The test
-# bed builds both targets on a Debian base of its own, without extras (tests/testenv/images).
+# bed builds both targets on a Debian base of its own, without extras (testenv/images).
 # CuPy compiles the kernels on first use and keeps them under CUPY_CACHE_DIR; mount a writable
 # volume (an emptyDir) at /var/cache/kuzk when the root filesystem is read-only.
 ARG BASE_IMAGE=python:3.12-slim

@@ -3,7 +3,7 @@
 Why: an operator that reads from caches makes no API call a benchmark could count syncs by,
 and the API server's audit log records a watch once, when it starts, never the events it
 delivers; so both counts come from inside. Every sync of a job asks the pure ``reconcile``
-once: this wrapper counts the calls of ``kuzk.controller.reconcile``. Every event Kopf's watch
+once: this wrapper counts the calls of ``operator.controller.reconcile``. Every event Kopf's watch
 streams receive passes through ``kopf._cogs.clients.watching.infinite_watch`` (Kopf has no
 public hook there): this wrapper counts them by resource, the objects of a stream's first list
 apart from the events after it. Watch streams the operator runs itself, not through Kopf, are
@@ -28,7 +28,8 @@ from typing import Any
 
 from kopf._cogs.clients import watching
 
-from kuzk import cli, controller
+from kuzk import cli
+from kuzk.operator import controller
 
 lock = threading.Lock()  # syncs run in several threads
 made = 0

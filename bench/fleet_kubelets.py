@@ -33,10 +33,10 @@ from pathlib import Path
 from kubernetes import config
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
+if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from tests.testenv.kubelet import NodeSpec, ProcessKubelet  # noqa: E402
+from testenv.kubelet import NodeSpec, ProcessKubelet  # noqa: E402
 
 log = logging.getLogger("fleet_kubelets")
 

@@ -67,7 +67,7 @@ also (issue 12): its requests per attempt by verb, LISTs per sync (a sync is one
     .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
         [--rounds 1] [--job-first] [--json out]
 
-Needs the control-plane binaries (``bash tests/testenv/build``). Wall-clock figures move with
+Needs the control-plane binaries (``bash testenv/build``). Wall-clock figures move with
 the machine's load, printed with them; the counts per attempt are the point.
 """
 
@@ -100,13 +100,13 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 import kuzk
-from kuzk import api
-from kuzk.pods import PodSettings
-from kuzk.ranges import expand
-from kuzk.workerstatus import WorkerStatusModel, parse
+from kuzk.contract import api
+from kuzk.contract.workerstatus import WorkerStatusModel, parse
+from kuzk.operator.pods import PodSettings
+from kuzk.operator.ranges import expand
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
+if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
 from fleet_kubelets import node_names  # noqa: E402
@@ -114,9 +114,9 @@ from fleet_standin import pod_command, stats_of  # noqa: E402
 from follow import Follow, start_all  # noqa: E402
 from twins import COMPLETION_INDEX, JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
-from tests.testenv.cluster import Cluster, chart_objects, install_kuzk  # noqa: E402
-from tests.testenv.controlplane import ControlPlane, free_port, stop_group  # noqa: E402
-from tests.testenv.waiting import wait_for  # noqa: E402
+from testenv.cluster import Cluster, chart_objects, install_kuzk  # noqa: E402
+from testenv.controlplane import ControlPlane, free_port, stop_group  # noqa: E402
+from testenv.waiting import wait_for  # noqa: E402
 
 KINDS = ("winning-post", "snap-update", "window-post", "porep-c2")
 SYSTEM_NS, KUZK_NS, JOB_NS = "kuzk-bench", "fleet-kuzk", "fleet-job"

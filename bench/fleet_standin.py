@@ -49,8 +49,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk import api, workers
-from kuzk.workers import Assignment
+from kuzk.contract import api, workers
+from kuzk.contract.workers import Assignment
 from kuzk_prover.reporter import ProverReporter
 
 # The pod's side. No $(...) in it: the kubelet expands $(VAR) in a command.

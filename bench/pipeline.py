@@ -26,7 +26,7 @@ node, one job at a time, and prints:
 
     .venv/bin/python bench/pipeline.py [--sizes 18 20 22] [--lanes 1 2 3] [--partitions 24]
 
-Needs the control-plane binaries (``bash tests/testenv/build``). About 6 minutes on 2 cores.
+Needs the control-plane binaries (``bash testenv/build``). About 6 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ import requests
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk import api
+from kuzk.contract import api
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
+if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
-from tests.testenv.controlplane import ControlPlane, free_port, stop_group, tail  # noqa: E402
-from tests.testenv.kubelet import NodeSpec  # noqa: E402
-from tests.testenv.waiting import wait_for  # noqa: E402
+from testenv.cluster import Cluster, install_kuzk  # noqa: E402
+from testenv.controlplane import ControlPlane, free_port, stop_group, tail  # noqa: E402
+from testenv.kubelet import NodeSpec  # noqa: E402
+from testenv.waiting import wait_for  # noqa: E402
 
 NAMESPACE = "pipeline"
 REASONS = ("no_work", "scheduling", "cpu", "not_live")

@@ -22,7 +22,7 @@ one untimed warm-up of each. The table gives medians and the kuzk/job ratios.
 
     .venv/bin/python bench/proofjob_vs_job.py [--partitions 16 64] [--repeat 5]
 
-Needs the control-plane binaries (``bash tests/testenv/build``). About 3.5 minutes on 2 cores;
+Needs the control-plane binaries (``bash testenv/build``). About 3.5 minutes on 2 cores;
 the figures are wall-clock and move with the machine's load, which is printed with them. At
 P=16 all pods exist within a tenth of a second and single runs range over a factor of three,
 so the default takes the median of five runs per system.
@@ -54,19 +54,19 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kuzk import api
-from kuzk.pods import PodSettings
+from kuzk.contract import api
+from kuzk.operator.pods import PodSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
+if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
 from follow import Follow, start_all  # noqa: E402
 from twins import JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
-from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
-from tests.testenv.controlplane import ControlPlane, stop_group  # noqa: E402
-from tests.testenv.kubelet import NodeSpec  # noqa: E402
+from testenv.cluster import Cluster, install_kuzk  # noqa: E402
+from testenv.controlplane import ControlPlane, stop_group  # noqa: E402
+from testenv.kubelet import NodeSpec  # noqa: E402
 
 STANDIN = ROOT / "tests" / "integration" / "operator" / "standin.py"
 IMAGE = "kuzk-standin:bench"

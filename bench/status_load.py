@@ -3,7 +3,7 @@
     .venv/bin/python bench/status_load.py [--jobs 1000] [--partitions 16] [--nodes 64]
         [--gpus 8] [--clients 200] [--seconds 30] [--burst 1000] [--json PATH]
 
-Starts its own control plane (etcd and kube-apiserver from tests/testenv; no kubelet, no
+Starts its own control plane (etcd and kube-apiserver from testenv; no kubelet, no
 scheduler: no pod runs) and creates synthetic objects in it: ``--nodes`` Nodes with ``--gpus``
 nvidia.com/gpu each and their WorkerStatuses (every other GPU with two lanes, one of them in
 its GPU phase), and ``--jobs`` snap-update ProofJobs of ``--partitions`` partitions in mixed
@@ -52,17 +52,17 @@ from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # tests.testenv lives in the repository, not in the package
+if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from kuzk import api, workerstatus  # noqa: E402
-from kuzk.listwatch import KubeClient  # noqa: E402
+from kuzk.contract import api, workerstatus  # noqa: E402
+from kuzk.contract.listwatch import KubeClient  # noqa: E402
 from kuzk.status.aggregate import Filters  # noqa: E402
 from kuzk.status.view import StatusView  # noqa: E402
 from kuzk.status.watches import targets  # noqa: E402
-from tests.testenv.cluster import Cluster, install_kuzk  # noqa: E402
-from tests.testenv.controlplane import ControlPlane, free_port, stop_group, tail  # noqa: E402
-from tests.testenv.waiting import wait_for  # noqa: E402
+from testenv.cluster import Cluster, install_kuzk  # noqa: E402
+from testenv.controlplane import ControlPlane, free_port, stop_group, tail  # noqa: E402
+from testenv.waiting import wait_for  # noqa: E402
 
 NAMESPACE = "bench-status"
 PACE_S = 1.5

@@ -2,7 +2,7 @@
 
 Why: a benchmark comparing kuzk's operator with the Job controller is only fair if both run
 identical pods. The twin's pod template comes from kuzk's own pod builder
-(``kuzk.pods.pod_manifest``): same command, image, env, GPU limit, ServiceAccount and
+(``kuzk.operator.pods.pod_manifest``): same command, image, env, GPU limit, ServiceAccount and
 PriorityClass; only what a Job cannot know before it exists is taken from the Job's pods
 instead: ``KUZK_PARTITION`` from the completion index and ``KUZK_JOB_UID`` from the Job
 controller's ``controller-uid`` label. The labels naming a job, partition and attempt, the
@@ -15,9 +15,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from kuzk import api
-from kuzk.api import resolve
-from kuzk.pods import PodSettings, pod_manifest
+from kuzk.contract import api
+from kuzk.contract.api import resolve
+from kuzk.operator.pods import PodSettings, pod_manifest
 
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 CONTROLLER_UID = "metadata.labels['batch.kubernetes.io/controller-uid']"

@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/worker_writes.py [--updates 240] [--writers 1,2,4,8]
 
-Starts its own control plane (etcd and kube-apiserver from tests/testenv, no kubelet), installs
+Starts its own control plane (etcd and kube-apiserver from testenv, no kubelet), installs
 the WorkerStatus CRD and, for each number of concurrent writers (separate processes, like the
 lanes of one GPU), makes the same number of updates two ways on one GPU's WorkerStatus. Each
 writer adds 1 to the GPU's worker's ``completed`` count per update:
 
-* guarded: kuzk.workers.guarded_write (GET, decide, replace /status with the resourceVersion
+* guarded: contract.workers.guarded_write (GET, decide, replace /status with the resourceVersion
   read, retry on 409 Conflict);
 * unguarded: GET, add 1, then a JSON merge patch of ``status.workers`` without a
   resourceVersion, the write the protocol forbids.
@@ -25,7 +25,7 @@ process per lane of every GPU (``--gpus`` GPUs, alias ``--provers``) proves part
 back as the prover does (join, synthesizing, synth_done, acquire the GPU phase, waiting on a
 watch while another lane holds it, release it, leave; ``--partition`` seconds of work on
 average, random from half to one and a half times that, 40 % synthesis and 60 % GPU phase;
-``--gap`` seconds until the next pod) through kuzk.workers, and an "operator" process makes the
+``--gap`` seconds until the next pod) through contract.workers, and an "operator" process makes the
 finalizer release of every finished pod (as a partition pod's finalizer does: a LIST of the
 node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the periodic
 sweep of each of them (``--sweep`` seconds, 30 as the operator; no pod is gone, so it must
@@ -55,11 +55,11 @@ from typing import Any
 
 from kubernetes import client, config
 
-from kuzk import api as kapi
-from kuzk import workers
-from kuzk.crds import workerstatus_crd
-from kuzk.workers import Assignment, Gpu, PodRef, WriteDecision, guarded_write
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api as kapi
+from kuzk.contract import workers
+from kuzk.contract.crds import workerstatus_crd
+from kuzk.contract.workers import Assignment, Gpu, PodRef, WriteDecision, guarded_write
+from kuzk.contract.workerstatus import worker_status_name
 
 WHERE = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL)
 
@@ -380,7 +380,7 @@ def main() -> int:
                      "positive, --gap not negative")
     # The test environment builds and starts the control plane; it lives beside the tests.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.testenv.controlplane import ControlPlane
+    from testenv.controlplane import ControlPlane
 
     with ControlPlane(with_scheduler=False, with_controller_manager=False) as plane:
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))

@@ -17,10 +17,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.testenv.cluster import Cluster, install_kuzk
-from tests.testenv.controlplane import ControlPlane
-from tests.testenv.kubelet import NodeSpec, ProcessKubelet
-from tests.testenv.waiting import wait_for
+from testenv.cluster import Cluster, install_kuzk
+from testenv.controlplane import ControlPlane
+from testenv.kubelet import NodeSpec, ProcessKubelet
+from testenv.waiting import wait_for
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the groups into node IDs

@@ -1,4 +1,4 @@
-"""A clock that moves only when a test moves it: the test double of ``kuzk.clock.Clock``, as
+"""A clock that moves only when a test moves it: the test double of ``contract.clock.Clock``, as
 client-go's ``testingclock.FakeClock`` is of its clock. Timers fire, in the order they are
 due, on the event loop that set them, when ``advance`` passes their time; a blocking
 ``sleep`` advances the clock by what it would have slept."""
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from kuzk.clock import Clock
+from kuzk.contract.clock import Clock
 
 START = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

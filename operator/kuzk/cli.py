@@ -21,10 +21,11 @@ from typing import NoReturn
 
 from kubernetes import client, config
 
-from kuzk import api, controller, crds, logs
-from kuzk.kubeconfig import load_config
-from kuzk.peering import Peering, PeeringError, ensure_peering
-from kuzk.pods import PodSettings
+from kuzk.contract import api, crds, logs
+from kuzk.contract.kubeconfig import load_config
+from kuzk.operator import controller
+from kuzk.operator.peering import Peering, PeeringError, ensure_peering
+from kuzk.operator.pods import PodSettings
 
 
 def _command(text: str) -> list[str]:
@@ -265,7 +266,7 @@ def _kubeconfig(text: str) -> str:
 def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
-    from kuzk import handlers
+    from kuzk.operator import handlers
 
     kopf.configure(verbose=args.verbose)
     logs.configure(args.log_format, logging.DEBUG if args.verbose else logging.INFO)

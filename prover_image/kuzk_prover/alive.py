@@ -3,7 +3,7 @@ that a prover is alive.
 
 A thread of the prover touches a file every ``PULSE_S`` seconds (``Pulse``); ``kuzk-alive``
 (``main``), the command the partition pod's readiness and liveness probes run (exec, no
-shell, ``kuzk.pods``), fails when the file is missing or older than the limit it is given.
+shell, ``kuzk.operator.pods``), fails when the file is missing or older than the limit it is given.
 A prover that stops (SIGSTOP, a debugger) or hangs with the interpreter held stops touching
 it: its pod turns not ready first (the screen shows its GPU idle as "lane not live"), then
 its liveness probe has the kubelet kill it, the pod fails, and the operator's finalizer

@@ -1,4 +1,4 @@
-"""``kuzk-prover``: the partition pod's command, keeping the pod contract (``kuzk.pods``).
+"""``kuzk-prover``: the partition pod's command, keeping the pod contract (``kuzk.operator.pods``).
 
 Exit codes are the contract the operator acts on:
   0    proven; the result JSON is in the termination message;
@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from kuzk import logs
-from kuzk.api import version
-from kuzk.workers import Gpu
+from kuzk.contract import logs
+from kuzk.contract.api import version
+from kuzk.contract.workers import Gpu
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.alive import Pulse
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-format", choices=logs.FORMATS,
-        help="text or json (kuzk.logs); default: KUZK_LOG_FORMAT, which the operator sets to"
+        help="text or json (contract.logs); default: KUZK_LOG_FORMAT, which the operator sets to"
         " its own, else text",
     )
     inputs_module.add_arguments(parser)

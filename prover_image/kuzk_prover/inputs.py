@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk import api
+from kuzk.contract import api
 
-# One table of proof kinds for operator and prover: kuzk.api.
+# One table of proof kinds for operator and prover: kuzk.contract.api.
 PROOF_KINDS = tuple(api.PROOF_KINDS)
 KIND_DEFAULTS = {k: (d.partitions, d.circuit_log2) for k, d in api.PROOF_KINDS.items()}
 """(partitions, circuitLog2) of each proof kind."""
@@ -53,7 +53,7 @@ class ProofInput:
         )
 
 
-# The pod's own identity, set by the downward API (kuzk.pods): absent when the prover runs
+# The pod's own identity, set by the downward API (kuzk.operator.pods): absent when the prover runs
 # outside a partition pod, where it proves without reporting its GPU worker's status.
 POD_ENV = ("NODE_NAME", "POD_NAME", "POD_UID", "POD_NAMESPACE")
 

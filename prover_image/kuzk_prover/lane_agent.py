@@ -28,9 +28,9 @@ from pathlib import Path
 from types import FrameType
 from typing import cast
 
-from kuzk import logs
-from kuzk.observe import parse_result
-from kuzk.workers import Acquired
+from kuzk.contract import logs
+from kuzk.contract.pod import parse_result
+from kuzk.contract.workers import Acquired
 from kuzk_prover import inputs
 from kuzk_prover.alive import Pulse
 from kuzk_prover.inputs import InputError, PodIdentity
@@ -134,7 +134,7 @@ class LaneAgent:
 
 def contract_result(text: str) -> str:
     """``text`` as the pod contract's result JSON (the operator's own reading,
-    ``kuzk.observe.parse_result``), compacted; CallRefused saying what is wrong."""
+    ``kuzk.contract.pod.parse_result``), compacted; CallRefused saying what is wrong."""
     try:
         parse_result(text)
     except ValueError as error:

@@ -1,4 +1,4 @@
-"""The prover's side of the WorkerStatus protocol (``kuzk.workers``): ``ProverReporter``, the
+"""The prover's side of the WorkerStatus protocol (``contract.workers``): ``ProverReporter``, the
 partition pod's lane on its GPU. It reads the pod's env and credentials, joins its GPU's lanes,
 writes its stages (only when they change: whether the prover is alive is its pod's probes'
 to say, ``kuzk_prover.alive``), holds the GPU phase only around the GPU work
@@ -25,9 +25,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
-from kuzk.api import WorkerOutcome
-from kuzk.kubeconfig import load_config
-from kuzk.workers import (
+from kuzk.contract.api import WorkerOutcome
+from kuzk.contract.kubeconfig import load_config
+from kuzk.contract.workers import (
     Acquired,
     Assignment,
     Gpu,
@@ -41,7 +41,7 @@ from kuzk.workers import (
     release_gpu,
     stage,
 )
-from kuzk.workerstatus import LaneStage
+from kuzk.contract.workerstatus import LaneStage
 from kuzk_prover.inputs import PodIdentity, identity_from_env
 from kuzk_prover.termination import brief
 
@@ -159,7 +159,7 @@ class ProverReporter:
         outage_budget: float = OUTAGE_BUDGET_S,
     ) -> ProverReporter:
         """For the partition pod ``pod`` (``inputs.identity_from_env``), with its
-        ServiceAccount's credentials (``kuzk.kubeconfig.load_config``: the in-cluster token,
+        ServiceAccount's credentials (``contract.kubeconfig.load_config``: the in-cluster token,
         else the kubeconfig that ``KUBECONFIG`` in ``environ`` names) unless ``api`` is
         given. Raises ValueError when the env did not say which pod and node it is."""
         missing = pod.missing()

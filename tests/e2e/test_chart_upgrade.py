@@ -16,12 +16,12 @@ from pathlib import Path
 
 from kubernetes import client
 
-from kuzk import crds
+from kuzk.contract import crds
+from testenv.cluster import Cluster
+from testenv.kubelet import NodeSpec
+from testenv.waiting import wait_for
 from tests.e2e.test_user_path import CHART, Release, _drop_namespace, chart_values, helm
 from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import NodeSpec
-from tests.testenv.waiting import wait_for
 
 PREVIOUS = "4ff9db2"  # the last commit before the chart's conventions changed
 RELEASE = "kuzk"

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, expect, sync_playwright
 
+from testenv.cluster import Cluster
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
 
 # The status tests' fixtures ``operator`` and ``plan`` (with ``prover_account``, which
 # ``operator`` uses), made available to this module.
 from tests.integration.status.conftest import operator, plan, prover_account  # noqa: F401
 from tests.integration.status.server import running
-from tests.testenv.cluster import Cluster
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-background-networking",

@@ -17,22 +17,22 @@ from pathlib import Path
 
 import yaml
 
-from kuzk import api
+from kuzk.contract import api
+from testenv import binaries
+from testenv.cluster import Cluster
+from testenv.demo import DONE_LINE, EXAMPLES
 from tests.integration.operator.conftest import get_job
-from tests.testenv import binaries
-from tests.testenv.cluster import Cluster
-from tests.testenv.demo import DONE_LINE, EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(p.stem for p in EXAMPLES)  # snap-update, winning-post
 
 
 class Demo:
-    """``python -m tests.testenv.demo`` with its output read line by line."""
+    """``python -m testenv.demo`` with its output read line by line."""
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.testenv.demo", *args], cwd=ROOT, env=env,
+            [sys.executable, "-m", "testenv.demo", *args], cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -147,7 +147,7 @@ def test_demo_on_a_given_cluster_installs_nothing(kuzk_installed: Cluster,
 
 
 def test_demo_refuses_a_missing_kubeconfig(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "tests.testenv.demo", "--kubeconfig",
+    out = subprocess.run([sys.executable, "-m", "testenv.demo", "--kubeconfig",
                           str(tmp_path / "nope")], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 1

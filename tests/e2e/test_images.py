@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.containers import IMAGES_SCRIPT, Images, build_images, podman
 from tests.integration.operator.conftest import apply_job, job_pods, proofjob, wait_job
-from tests.testenv.cluster import Cluster
-from tests.testenv.containers import IMAGES_SCRIPT, Images, build_images, podman
 
 # The first test may build the images from a cold cache (minutes on a small machine).
 pytestmark = pytest.mark.timeout(1500)

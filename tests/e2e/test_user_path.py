@@ -39,13 +39,13 @@ import urllib3
 import yaml
 from kubernetes import client, watch
 
-from kuzk import api, crds, ledger
-from kuzk.logs import KEYS
+from kuzk.contract import api, crds, ledger
+from kuzk.contract.logs import KEYS
+from testenv import prometheus
+from testenv.cluster import Cluster
+from testenv.kubelet import NodeSpec, ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job
-from tests.testenv import prometheus
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import NodeSpec, ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kuzk"

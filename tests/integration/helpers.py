@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.testenv.waiting import wait_for
+from testenv.waiting import wait_for
 
 PROGRAMS = Path(__file__).parent / "programs"
 DOWNWARD = [

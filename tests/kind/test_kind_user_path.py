@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tests.testenv import binaries
+from testenv import binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_IMAGE, PROVER_IMAGE = "kuzk-operator:kind", "kuzk-prover:kind"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.testenv import binaries
+from testenv import binaries
 from tests.unit.test_chart import one, render
 
 ALERTS = ("KuzkGPUsIdleWhilePartitionsQueue", "KuzkPartitionsFailing",
@@ -150,7 +150,7 @@ def test_the_grafana_dashboard_is_a_labelled_configmap_of_the_file() -> None:
     assert cm["metadata"]["labels"]["team"] == "proofs"
     (text,) = cm["data"].values()
     dashboard = json.loads(text)
-    assert dashboard == json.loads((binaries.HERE.parents[1] / "charts" / "kuzk" / "files"
+    assert dashboard == json.loads((binaries.HERE.parent / "charts" / "kuzk" / "files"
                                     / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(exprs) >= 9 and all(exprs)

@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kuzk import api
-from tests.testenv import binaries
+from kuzk.contract import api
+from testenv import binaries
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "kuzk"
 

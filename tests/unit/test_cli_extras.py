@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from kuzk import api, cli, status
+from kuzk import cli, status
+from kuzk.contract import api
 
 
 def test_the_operator_without_kopf_says_so(monkeypatch: pytest.MonkeyPatch,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kuzk import api
-from tests.testenv.demo import LEGEND, SYMBOL, job_line
+from kuzk.contract import api
+from testenv.demo import LEGEND, SYMBOL, job_line
 
 
 def test_every_partition_state_has_a_letter_of_its_own_in_the_legend() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.testenv.kubelet import GPU_RESOURCE, NodeSpec, ProcessKubelet, pick_replicas
+from testenv.kubelet import GPU_RESOURCE, NodeSpec, ProcessKubelet, pick_replicas
 
 GPUS = ["GPU-a", "GPU-b"]
 

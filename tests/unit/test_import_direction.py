@@ -1,10 +1,14 @@
-"""ARCHITECTURE.md's direction of imports, checked on the source: the status server imports of
-the operator's package only ``api``, ``workerstatus`` and ``ledger`` (pure models) and
-``listwatch`` (the read-only list+watch loop it shares with the operator's streams); the pure
-decision knows neither Kopf nor the Kubernetes client; the prover imports the operator's
-package in ``reporter``, ``entrypoint`` and ``lane_agent``, ``inputs`` its vocabulary
-(``kuzk.api``, the one table of proof kinds) and its proving core nothing of it. And the
-operator's package reads the time only through ``kuzk.clock``."""
+"""ARCHITECTURE.md's layering, checked on the source. Three programs share one contract:
+
+- ``kuzk.contract`` (what the operator, the prover and the status server share) imports only
+  itself;
+- ``kuzk.operator`` imports the contract and itself, never the status server;
+- ``kuzk.status`` imports the contract and itself, never the operator, and of the contract
+  never the write protocol: it reads and writes nothing;
+- the prover imports only the contract, and its proving core nothing of kuzk at all.
+
+The pure decision knows neither Kopf nor the Kubernetes client, and nothing reads the time but
+``kuzk.contract.clock``."""
 
 from __future__ import annotations
 
@@ -15,14 +19,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OPERATOR = ROOT / "operator" / "kuzk"
+KUZK = ROOT / "operator" / "kuzk"
+CONTRACT = KUZK / "contract"
+OPERATOR = KUZK / "operator"
+STATUS = KUZK / "status"
 PROVER = ROOT / "prover_image" / "kuzk_prover"
-PURE = ("api", "actions", "workerstatus", "ledger", "observe", "pods", "partitions", "conditions",
-        "reconcile", "ranges")
+# The pure decision and the models it reads: no Kopf, no client, no I/O.
+PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "ledger")] + [
+    OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
+                                   "reconcile", "ranges")]
+# The prover's modules that talk to the API server or read the pod's env; the rest (the
+# proving core) imports nothing of kuzk.
+PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs")
+# The WorkerStatus write protocol: the status server only reads.
+WRITES = ("kuzk.contract.workers",)
+
+
+def sources(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
 
 
 def imported(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth of its code."""
+    """Every module of kuzk ``path`` imports, at any depth of its code, as dotted names
+    (``from kuzk.contract import api`` gives ``kuzk.contract`` and ``kuzk.contract.api``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -33,51 +52,67 @@ def imported(path: Path) -> set[str]:
     return names
 
 
-def of_operator(names: set[str]) -> set[str]:
-    return {n for n in names if n == "kuzk" or n.startswith("kuzk.")}
+def of_kuzk(names: set[str]) -> set[str]:
+    return {n for n in names if n.startswith("kuzk.")}
 
 
-@pytest.mark.parametrize("path", sorted((OPERATOR / "status").glob("*.py")), ids=lambda p: p.name)
-def test_the_status_server_imports_only_its_models_and_the_list_watch_loop(path: Path) -> None:
-    allowed = ("kuzk.api", "kuzk.workerstatus", "kuzk.ledger", "kuzk.listwatch", "kuzk.status")
-    wrong = {n for n in of_operator(imported(path)) - {"kuzk"}
-             if not n.startswith(allowed)}
-    assert not wrong, f"{path.name} imports {sorted(wrong)}"
+def outside(names: set[str], *allowed: str) -> list[str]:
+    return sorted(n for n in of_kuzk(names)
+                  if not any(n == a or n.startswith(a + ".") for a in allowed))
 
 
-@pytest.mark.parametrize("module", PURE)
-def test_the_decision_knows_neither_kopf_nor_the_client(module: str) -> None:
-    names = imported(OPERATOR / f"{module}.py")
+def ids(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("path", sources(CONTRACT), ids=ids)
+def test_the_contract_imports_only_the_contract(path: Path) -> None:
+    names = imported(path)
+    assert not outside(names, "kuzk.contract"), outside(names, "kuzk.contract")
+    assert not {n for n in names if n.split(".")[0] == "kopf"}
+
+
+@pytest.mark.parametrize("path", sources(OPERATOR), ids=ids)
+def test_the_operator_imports_the_contract_and_itself(path: Path) -> None:
+    wrong = outside(imported(path), "kuzk.contract", "kuzk.operator")
+    assert not wrong, f"{path.name} imports {wrong}"
+
+
+@pytest.mark.parametrize("path", sources(STATUS), ids=ids)
+def test_the_status_server_imports_the_contract_and_itself_and_never_writes(path: Path) -> None:
+    names = imported(path)
+    wrong = outside(names, "kuzk.contract", "kuzk.status")
+    wrong += sorted(n for n in of_kuzk(names) if n in WRITES or n.startswith(
+        tuple(w + "." for w in WRITES)))
+    assert not wrong, f"{path.name} imports {wrong}"
+
+
+@pytest.mark.parametrize("path", sources(PROVER), ids=ids)
+def test_the_prover_imports_only_the_contract(path: Path) -> None:
+    names = of_kuzk(imported(path))
+    if path.stem in PROVER_EDGE:
+        assert not outside(names, "kuzk.contract"), outside(names, "kuzk.contract")
+    else:
+        assert not names, f"{path.name}, of the proving core, imports {sorted(names)}"
+
+
+@pytest.mark.parametrize("path", PURE, ids=ids)
+def test_the_decision_knows_neither_kopf_nor_the_client(path: Path) -> None:
+    names = imported(path)
     assert not {n for n in names if n.split(".")[0] in ("kopf", "kubernetes")}
 
 
-@pytest.mark.parametrize("path", sorted(PROVER.glob("*.py")), ids=lambda p: p.name)
-def test_only_the_provers_reporter_entrypoint_and_lane_agent_import_the_operators_package(
-        path: Path) -> None:
-    names = of_operator(imported(path))
-    if path.stem in ("reporter", "entrypoint", "lane_agent"):
-        allowed = ("kuzk.api", "kuzk.workers", "kuzk.workerstatus", "kuzk.kubeconfig",
-                   "kuzk.logs")
-        # The lane agent checks a prover's result by the operator's own reading of it.
-        allowed += ("kuzk.observe",) if path.stem == "lane_agent" else ()
-        assert all(n.startswith(allowed) for n in names - {"kuzk"}), sorted(names)
-    elif path.stem == "inputs":
-        assert names <= {"kuzk", "kuzk.api"}, sorted(names)
-    else:
-        assert not names, f"{path.name} imports {sorted(names)}"
-
-
-# Reading the time or waiting on it: what ``kuzk.clock.Clock`` is for. The status server keeps
-# its own injected clock (``status.view``); the operator's metrics time the work they measure.
+# Reading the time or waiting on it: what ``kuzk.contract.clock.Clock`` is for. The status
+# server keeps its own injected clock (``status.view``); the operator's metrics time the work
+# they measure.
 READS_TIME = re.compile(
     r"\b(datetime\.now|datetime\.utcnow|time\.time|time\.monotonic|time\.sleep"
     r"|asyncio\.sleep|(?<!clock)\.call_later|(?<!clock)\.call_at|loop\.time)\(")
+CLOCKED = [p for p in [*sources(CONTRACT), *sources(OPERATOR), KUZK / "cli.py"]
+           if p not in (CONTRACT / "clock.py", OPERATOR / "metrics.py")]
 
 
-@pytest.mark.parametrize(
-    "path",
-    [p for p in sorted(OPERATOR.glob("*.py")) if p.stem not in ("clock", "operator_metrics")],
-    ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CLOCKED, ids=ids)
 def test_only_the_clock_reads_the_time(path: Path) -> None:
     found = sorted({m.group(1) for m in READS_TIME.finditer(path.read_text())})
-    assert not found, f"{path.name} reads the time itself ({found}); take a kuzk.clock.Clock"
+    assert not found, f"{path.name} reads the time itself ({found}); take a contract.clock.Clock"

@@ -1,4 +1,4 @@
-"""``kuzk.kubeconfig.load_config``, the one credentials loader: a kubeconfig named on the
+"""``kuzk.contract.kubeconfig.load_config``, the one credentials loader: a kubeconfig named on the
 command line, else ``$KUBECONFIG``, else the pod's ServiceAccount, else ``~/.kube/config``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from kuzk.kubeconfig import load_config
+from kuzk.contract.kubeconfig import load_config
 
 
 def kubeconfig(path: Path, server: str) -> Path:

@@ -1,4 +1,4 @@
-"""kuzk.logs: the operator, the status server and the prover write the same lines: in JSON,
+"""kuzk.contract.logs: the operator, the status server and the prover write the same lines: in JSON,
 time (RFC 3339 with its zone), level (one spelling), logger and message first, then the job,
 partition and pod the line is about."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kuzk import logs
-from kuzk.logs import KEYS
+from kuzk.contract import logs
+from kuzk.contract.logs import KEYS
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

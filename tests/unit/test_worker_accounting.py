@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kuzk import ledger
-from kuzk.workers import (
+from kuzk.contract import ledger
+from kuzk.contract.workers import (
     Assignment,
     Gpu,
     Memory,
@@ -28,7 +28,7 @@ from kuzk.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.workerstatus import GPU_TIME_MODES, parse
+from kuzk.contract.workerstatus import GPU_TIME_MODES, parse
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 GPU0 = Gpu("GPU-0")

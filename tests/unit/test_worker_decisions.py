@@ -1,5 +1,5 @@
-"""The pure decisions of the WorkerStatus protocol (kuzk.workers ``decide_*``) on the lanes
-model (kuzk.workerstatus): what each write makes of a status, when it is stale, and what it
+"""The pure decisions of the WorkerStatus protocol (kuzk.contract.workers ``decide_*``) on the lanes
+model (kuzk.contract.workerstatus): what each write makes of a status, when it is stale, and what it
 leaves alone; then random interleavings of every write over two and three lanes, checked
 against the independent model (tests/integration/workers/model.py), and the order in which
 waiting lanes get the GPU phase."""
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kuzk import api
-from kuzk.workers import (
+from kuzk.contract import api
+from kuzk.contract.workers import (
     PREVIOUS_PODS,
     Acquired,
     Assignment,
@@ -31,7 +31,7 @@ from kuzk.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.workerstatus import gpu_id, lane_priority, parse, worker_status_name
+from kuzk.contract.workerstatus import gpu_id, lane_priority, parse, worker_status_name
 from tests.integration.workers.model import NodeModel, explain, observed
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kuzk.workers import (
+from kuzk.contract.workers import (
     Assignment,
     Gpu,
     PodRef,

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuzk import api, workerstatus
-from kuzk.api import (
+from kuzk.contract import api, workerstatus
+from kuzk.contract.api import (
     COMMITTING,
     DONE,
     FAILED,
@@ -24,7 +24,7 @@ from kuzk.api import (
     SCHEDULED,
     TERMINAL_STATES,
 )
-from kuzk.ledger import GpuKey, Tally, gpu_key
+from kuzk.contract.ledger import GpuKey, Tally, gpu_key
 from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
 from kuzk.status.objects import Job, Node, Pod, WorkerNode, by_node
 

@@ -21,8 +21,8 @@ from aiohttp.http_exceptions import LineTooLong
 from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from kuzk import api
-from kuzk.listwatch import KubeClient
+from kuzk.contract import api
+from kuzk.contract.listwatch import KubeClient
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE
@@ -42,7 +42,7 @@ log = logging.getLogger("kuzk.status")
 @dataclass(frozen=True)
 class Source:
     """Where the view's objects come from: the API server, the namespaces to watch and the
-    ledger's ConfigMap (namespace, name; ``kuzk.ledger``)."""
+    ledger's ConfigMap (namespace, name; ``kuzk.contract.ledger``)."""
 
     configuration: client.Configuration
     namespaces: Sequence[str] = field(default_factory=tuple)

@@ -4,7 +4,7 @@ The objects say what is true now; a screen also needs what was true a moment ago
 GPU spent in its GPU phase over the last ten minutes and why it was idle otherwise, how long a
 partition has been in its state. ``History`` is fed every object the watches deliver, with
 the time it arrived, and keeps exactly that. What finished is the objects' to say, and the
-ledger's once they are gone: the view counts it (``kuzk.ledger``), not the history. So are a
+ledger's once they are gone: the view counts it (``contract.ledger``), not the history. So are a
 GPU's busy and idle seconds since it was added (its WorkerStatus's ``gpuTime``, which
 survives this server): the history is the finer picture of the last ten minutes, with the
 reasons only the ProofJobs tell apart, ``scheduling`` and ``no_work``.
@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kuzk import workerstatus
+from kuzk.contract import workerstatus
 from kuzk.status.objects import Job, WorkerNode
 
 WINDOW_S = 600.0

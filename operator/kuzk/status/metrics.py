@@ -20,12 +20,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from kuzk.api import PHASES, PROOF_KINDS, STATES, version
-from kuzk.ledger import DURATION_BUCKETS, QUEUE_STAGE, GpuKey, gpu_key
+from kuzk.contract.api import PHASES, PROOF_KINDS, STATES, version
+from kuzk.contract.ledger import DURATION_BUCKETS, QUEUE_STAGE, GpuKey, gpu_key
+from kuzk.contract.workerstatus import BUSY, IDLE_MODES, LaneStage, WorkerState
 from kuzk.status.aggregate import lane_index, memory, shown_state
 from kuzk.status.objects import by_node
 from kuzk.status.view import StatusView
-from kuzk.workerstatus import BUSY, IDLE_MODES, LaneStage, WorkerState
 
 # A GPU's labels: kuzk's, then dcgm-exporter's names for the same values (Hostname, UUID,
 # modelName), so a kuzk series joins DCGM_FI_* series on UUID without relabeling. dcgm's `gpu`

@@ -13,8 +13,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from kuzk import api, workerstatus
-from kuzk.api import PENDING
+from kuzk.contract import api, workerstatus
+from kuzk.contract.api import PENDING
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -54,7 +54,7 @@ class Job:
 @dataclass(frozen=True)
 class WorkerNode:
     """One WorkerStatus: one GPU of ``node`` (a legacy one: every GPU of its node), as the one
-    model (``kuzk.workerstatus``) reads it. A node's GPUs are the WorkerNodes of that node
+    model (``kuzk.contract.workerstatus``) reads it. A node's GPUs are the WorkerNodes of that node
     (``by_node``)."""
 
     node: str

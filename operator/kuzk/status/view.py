@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kuzk import ledger
-from kuzk.api import PENDING, PHASE_SUSPENDED, SCHEDULED
-from kuzk.ledger import GpuKey, Ledger, Tally
+from kuzk.contract import ledger
+from kuzk.contract.api import PENDING, PHASE_SUSPENDED, SCHEDULED
+from kuzk.contract.ledger import GpuKey, Ledger, Tally
+from kuzk.contract.workerstatus import GPU_TIME_MODES
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
 from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
-from kuzk.workerstatus import GPU_TIME_MODES
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
 LEDGER = "ledger"
@@ -200,7 +200,7 @@ class StatusView:
         return Queue(self._pending_jobs > 0, self._scheduled)
 
     def counts(self) -> Tally:
-        """What finished (``kuzk.ledger``): the ledger's tally, plus what every ProofJob and
+        """What finished (``contract.ledger``): the ledger's tally, plus what every ProofJob and
         WorkerStatus it has not folded counts; never less than this server has shown."""
         revision, shown = self._counts
         if revision == self.revision:

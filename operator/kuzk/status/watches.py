@@ -1,4 +1,4 @@
-"""Keeping the view current: for each resource, one list+watch loop (``kuzk.listwatch``,
+"""Keeping the view current: for each resource, one list+watch loop (``kuzk.contract.listwatch``,
 shared with the operator's streams) into the view. A watch that breaks resumes from the last
 resourceVersion it saw; one the API server answers with 410 Gone lists again. Each of those
 is one restart, counted per resource.
@@ -10,8 +10,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk import api
-from kuzk.listwatch import KubeClient, list_and_watch, params
+from kuzk.contract import api
+from kuzk.contract.listwatch import KubeClient, list_and_watch, params
 from kuzk.status.view import LEDGER, NODES, PODS, PROOFJOBS, WORKERSTATUSES, StatusView
 
 POD_SELECTOR = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import yaml
 from kubernetes import client
 
-from tests.testenv.cluster import CHART, Cluster
+from testenv.cluster import CHART, Cluster
 from tests.unit.test_chart import ALL_ON, ALL_ON_JSON
 
 MONITORING = "monitoring.coreos.com/"

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from kuzk import api
-from tests.testenv.cluster import CHART, Cluster
+from kuzk.contract import api
+from testenv.cluster import CHART, Cluster
 
 NAMES = sorted({kind.priority_class_name for kind in api.PROOF_KINDS.values()})
 OWNER = ("meta.helm.sh/release-name", "meta.helm.sh/release-namespace")

@@ -1,4 +1,4 @@
-"""Provides ``images``: kuzk's images built by tests/testenv/images (once per session, cached
+"""Provides ``images``: kuzk's images built by testenv/images (once per session, cached
 by their inputs across sessions), so that pods naming them run as real containers;
 ``run_operator``, ``plan`` and ``prover_account`` come from the operator tests, for the tests
 whose partition pods run as containers."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from testenv.containers import Images, build_images
 from tests.integration.operator.conftest import plan, prover_account, run_operator
-from tests.testenv.containers import Images, build_images
 
 __all__ = ["plan", "prover_account", "run_operator"]
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from testenv.cluster import Cluster
+from testenv.containers import Images
+from testenv.waiting import wait_for
 from tests.integration.helpers import DOWNWARD, read_pod, wait_gone, wait_phase
-from tests.testenv.cluster import Cluster
-from tests.testenv.containers import Images
-from tests.testenv.waiting import wait_for
 
 # The first test may build the images from a cold cache (minutes on a small machine).
 pytestmark = pytest.mark.timeout(1500)

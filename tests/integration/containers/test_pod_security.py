@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from kuzk.api import resolve
-from kuzk.pods import PodSettings, pod_manifest
+from kuzk.contract.api import resolve
+from kuzk.operator.pods import PodSettings, pod_manifest
+from testenv.cluster import Cluster
 from tests.integration.operator.conftest import proofjob
-from tests.testenv.cluster import Cluster
 
 SETTINGS = PodSettings(image="localhost/kuzk-prover:any")
 

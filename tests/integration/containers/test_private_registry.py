@@ -15,6 +15,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from testenv.cluster import Cluster
+from testenv.containers import Images, podman
+from testenv.registry import Registry
+from testenv.waiting import wait_for
 from tests.integration.helpers import read_pod, wait_gone, wait_phase
 from tests.integration.operator.conftest import (
     OperatorProcess,
@@ -23,10 +27,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.containers import Images, podman
-from tests.testenv.registry import Registry
-from tests.testenv.waiting import wait_for
 
 # The first test may build the images from a cold cache (minutes on a small machine).
 pytestmark = pytest.mark.timeout(1500)

@@ -27,13 +27,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.config import kube_config
 
-from kuzk import api, handlers
-from kuzk.api import resolve
-from kuzk.pods import PodSettings, pod_manifest
-from kuzk.runtime import Runtime
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import stop_group
-from tests.testenv.waiting import wait_for
+from kuzk.contract import api
+from kuzk.contract.api import resolve
+from kuzk.operator import handlers
+from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.runtime import Runtime
+from testenv.cluster import Cluster
+from testenv.controlplane import stop_group
+from testenv.waiting import wait_for
 
 STANDIN = Path(__file__).parent / "standin.py"
 # The partition pods of these tests, which run the stand-in prover.

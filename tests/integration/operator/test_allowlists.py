@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from testenv.cluster import Cluster, chart_objects
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import Plan, condition, job_pods, proofjob, wait_job
-from tests.testenv.cluster import Cluster, chart_objects
-from tests.testenv.waiting import wait_for
 
 CHART_IMAGE = "ghcr.io/kuzk/prover:0.1.0"  # the chart's default prover.image
 BAD = {

@@ -16,9 +16,11 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from kuzk import api
-from kuzk.caches import Caches
-from kuzk.runtime import Runtime
+from kuzk.contract import api
+from kuzk.operator.caches import Caches
+from kuzk.operator.runtime import Runtime
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     InProcessOperator,
     Plan,
@@ -28,8 +30,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 OUTAGE_S = 10
 
@@ -125,8 +125,8 @@ def test_no_job_is_left_without_a_look_when_a_third_of_the_requests_fail(
 
 def test_a_job_deleted_between_read_and_status_write_is_gone_on_one_info_line(
         kuzk_installed: Cluster, namespace: str, caplog: pytest.LogCaptureFixture) -> None:
-    from kuzk.controller import Controller, JobGone
-    from kuzk.pods import PodSettings
+    from kuzk.operator.controller import Controller, JobGone
+    from kuzk.operator.pods import PodSettings
 
     cluster = kuzk_installed
     custom = client.CustomObjectsApi(cluster.api)

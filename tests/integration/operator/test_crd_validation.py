@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
+from testenv.cluster import Cluster
 from tests.integration.operator.conftest import proofjob
-from tests.testenv.cluster import Cluster
 
 pytestmark = pytest.mark.usefixtures("kuzk_installed")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     Plan,
     apply_job,
@@ -13,8 +15,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def test_winning_post_preempts_snap_partition(cluster: Cluster, namespace: str, nodes,

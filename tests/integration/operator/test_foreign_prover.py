@@ -24,15 +24,15 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from kuzk import api
-from kuzk.pods import KERNEL_CACHE_DIR
+from kuzk.contract import api
+from kuzk.operator.pods import KERNEL_CACHE_DIR
+from testenv.cluster import Cluster
+from testenv.containers import Images, build_images
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.operator.test_worker_truth import Sample, _lies, _sample, _workers
 from tests.integration.status.server import running
-from tests.testenv.cluster import Cluster
-from tests.testenv.containers import Images, build_images
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "foreign-prover"

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     OperatorProcess,
     Plan,
@@ -19,8 +21,6 @@ from tests.integration.operator.conftest import (
     job_pods,
     proofjob,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 NAME = "doomed"
 

@@ -1,4 +1,4 @@
-"""kuzk.ledger_store against the real API server: the first fold creates the ConfigMap, two
+"""kuzk.operator.ledger_store against the real API server: the first fold creates the ConfigMap, two
 writers that each hold an old copy lose nothing to each other (the stale one gets 409 and
 folds again), a fold repeated after it landed counts once, and a ConfigMap that holds no
 ledger is refused by name rather than overwritten."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from kuzk import ledger
-from kuzk.ledger import Tally
-from kuzk.ledger_store import LedgerStore
-from tests.testenv.cluster import Cluster
+from kuzk.contract import ledger
+from kuzk.contract.ledger import Tally
+from kuzk.operator.ledger_store import LedgerStore
+from testenv.cluster import Cluster
 
 NAME = "kuzk-ledger"
 

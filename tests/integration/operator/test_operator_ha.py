@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import signal
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import Plan, apply_job, get_job, proofjob, wait_job
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 RESUMED = "Resuming operations after the pause"
 PAUSED = "paused by a higher-priority peer"

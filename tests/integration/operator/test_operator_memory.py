@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import InProcessOperator, proofjob
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 JOBS, BATCH, WARMUP = 1000, 100, 200
 

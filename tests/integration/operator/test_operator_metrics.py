@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kuzk import api
+from kuzk.contract import api
+from testenv import prometheus
+from testenv.controlplane import free_port
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
-from tests.testenv import prometheus
-from tests.testenv.controlplane import free_port
-from tests.testenv.waiting import wait_for
 
 
 def test_prometheus_scrapes_the_operators_own_metrics(prover_account, namespace: str, nodes,

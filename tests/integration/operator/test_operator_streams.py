@@ -1,4 +1,4 @@
-"""The operator's own streams of pods and WorkerStatuses (``kuzk.streams``) on the test
+"""The operator's own streams of pods and WorkerStatuses (``kuzk.operator.streams``) on the test
 control plane: only kuzk's partition pods arrive; no sync runs before every stream has
 listed; a watch the API server answers 410 Gone (its watch cache restarted past the
 resourceVersion) lists again; a replica paused by a higher-priority peer stops its streams
@@ -17,9 +17,12 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk import api
-from kuzk.listwatch import KubeClient
-from kuzk.streams import PODS, Streams
+from kuzk.contract import api
+from kuzk.contract.listwatch import KubeClient
+from kuzk.operator.streams import PODS, Streams
+from testenv.cluster import Cluster
+from testenv.controlplane import free_port
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     InProcessOperator,
     Plan,
@@ -28,9 +31,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import free_port
-from tests.testenv.waiting import wait_for
 
 RESUMED = "Resuming operations after the pause"
 PAUSED = "paused by a higher-priority peer"

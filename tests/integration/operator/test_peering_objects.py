@@ -7,8 +7,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk.peering import GROUP, VERSION, PeeringError, ensure_peering
-from tests.testenv.cluster import Cluster
+from kuzk.operator.peering import GROUP, VERSION, PeeringError, ensure_peering
+from testenv.cluster import Cluster
 
 
 def _peering(cluster: Cluster, namespace: str, name: str) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     Plan,
     apply_job,
@@ -12,8 +14,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def _max_concurrency(plan: Plan) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     Plan,
     apply_job,
@@ -18,8 +20,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def _partition(job: dict[str, Any] | None, index: int) -> dict[str, Any]:

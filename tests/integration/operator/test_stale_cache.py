@@ -8,15 +8,15 @@ from typing import Any
 
 from kubernetes import client
 
-from kuzk import api
-from kuzk.controller import Controller
+from kuzk.contract import api
+from kuzk.operator.controller import Controller
+from testenv.cluster import Cluster
 from tests.integration.operator.conftest import (
     STANDIN_SETTINGS,
     bound_pod,
     proofjob,
     stored_job,
 )
-from tests.testenv.cluster import Cluster
 
 
 def test_a_running_pod_missing_from_the_cache_is_read_not_retried(

@@ -12,8 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes import client
 
-from kuzk import api
-from kuzk.controller import STALE_RESYNC_SECONDS, Controller
+from kuzk.contract import api
+from kuzk.operator.controller import STALE_RESYNC_SECONDS, Controller
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     STANDIN_SETTINGS,
     bound_pod,
@@ -21,8 +23,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     stored_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def test_a_delete_decided_on_a_replaced_pod_gets_409_and_the_sync_decides_again(

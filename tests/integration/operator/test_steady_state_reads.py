@@ -12,7 +12,9 @@ from typing import Any
 import urllib3
 from kubernetes import client
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
     InProcessOperator,
     Plan,
@@ -21,8 +23,6 @@ from tests.integration.operator.conftest import (
     proofjob,
     wait_job,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 QUIET_S = 25  # longer than two resyncs (10 s) and two heartbeats of former releases (10 s)
 

@@ -17,13 +17,13 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api, ledger
-from kuzk.crds import all_crds, workerstatus_crd
-from kuzk.logs import KEYS
-from kuzk.workers import Gpu, WriteDecision, guarded_write, join, leave
+from kuzk.contract import api, ledger
+from kuzk.contract.crds import all_crds, workerstatus_crd
+from kuzk.contract.logs import KEYS
+from kuzk.contract.workers import Gpu, WriteDecision, guarded_write, join, leave
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.workers.conftest import delete_node, new_assignment
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 LEDGER = "kuzk-ledger"
 

@@ -14,13 +14,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api
-from kuzk.runtime import SWEEP_SECONDS
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api
+from kuzk.contract.workerstatus import worker_status_name
+from kuzk.operator.runtime import SWEEP_SECONDS
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 REAL_PROVER = ("--prover-command", json.dumps(["kuzk-prover"]))
 

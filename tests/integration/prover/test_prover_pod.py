@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from kuzk.api import resolve
-from kuzk.pods import PodSettings, pod_manifest
+from kuzk.contract.api import resolve
+from kuzk.operator.pods import PodSettings, pod_manifest
 from kuzk_prover import inputs as prover_inputs
 from kuzk_prover.verify import verify
+from testenv.cluster import Cluster
 from tests.integration.helpers import wait_phase
-from tests.testenv.cluster import Cluster
 
 
 def test_prover_pod_succeeds_with_a_verifiable_commitment(cluster: Cluster, namespace: str,

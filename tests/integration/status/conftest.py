@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from testenv.cluster import Cluster
+from testenv.controlplane import stop_group
+
 # The operator tests' fixtures ``plan`` and ``prover_account``, shared with these tests.
 from tests.integration.operator.conftest import STANDIN, Plan, plan, prover_account  # noqa: F401
 from tests.integration.status.server import StatusServer, start
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import stop_group
 
 
 @pytest.fixture

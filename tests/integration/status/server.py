@@ -14,9 +14,9 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import free_port, stop_group, tail
-from tests.testenv.waiting import wait_for
+from testenv.cluster import Cluster
+from testenv.controlplane import free_port, stop_group, tail
+from testenv.waiting import wait_for
 
 
 @dataclass

@@ -11,14 +11,14 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from kuzk import api
-from kuzk import workerstatus as ws
+from kuzk.contract import api
+from kuzk.contract import workerstatus as ws
+from testenv import prometheus
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.status.server import StatusServer
 from tests.integration.status.test_status_restarts import create
 from tests.integration.workers.conftest import create_worker_status, delete_worker_status
-from tests.testenv import prometheus
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 from tests.unit.test_chart import one, render
 
 FIRING = 'ALERTS{alertname="KuzkGPUsIdleWhilePartitionsQueue",alertstate="firing"}'

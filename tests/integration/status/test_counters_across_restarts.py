@@ -17,15 +17,15 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kuzk import api, ledger
+from kuzk.contract import api, ledger
 from kuzk.status.view import OPEN_MODE_LAG_S
+from testenv import prometheus
+from testenv.cluster import Cluster
+from testenv.controlplane import free_port
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.status.server import start
 from tests.integration.workers.conftest import create_worker_status, delete_worker_status
-from tests.testenv import prometheus
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import free_port
-from tests.testenv.waiting import wait_for
 
 COMPLETED = 'sum(kuzk_partitions_completed_total{proof_kind="snap-update"})'
 STALE = "sum(kuzk_stale_worker_writes_rejected_total)"

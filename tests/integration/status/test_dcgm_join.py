@@ -10,14 +10,14 @@ from pathlib import Path
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from kuzk import api
-from kuzk import workerstatus as ws
+from kuzk.contract import api
+from kuzk.contract import workerstatus as ws
+from testenv import prometheus
+from testenv.cluster import Cluster
+from testenv.controlplane import free_port
+from testenv.waiting import wait_for
 from tests.integration.status.server import StatusServer
 from tests.integration.workers.conftest import create_worker_status, delete_worker_status
-from tests.testenv import prometheus
-from tests.testenv.cluster import Cluster
-from tests.testenv.controlplane import free_port
-from tests.testenv.waiting import wait_for
 
 
 def test_a_kuzk_gpu_series_joins_a_dcgm_series_on_uuid(cluster: Cluster, namespace: str,

@@ -17,12 +17,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import Plan, apply_job, proofjob, wait_job
 from tests.integration.status.server import StatusServer
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 HANDOVER_S = 90.0
 log = logging.getLogger(__name__)

@@ -10,11 +10,11 @@ from typing import Any
 import requests
 from kubernetes import client
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import proofjob
 from tests.integration.status.server import StatusServer
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def create(custom: client.CustomObjectsApi, namespace: str, name: str, states: list[str]) -> None:

@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from kuzk import api
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api
+from kuzk.contract.workerstatus import worker_status_name
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
 from tests.integration.status.server import StatusServer
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 # How long after the API server a sample may still show a version: the watch's delivery plus
 # the server's render (a document may trail the view by its max_stale, 1 s).

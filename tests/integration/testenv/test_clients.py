@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.testenv.cluster import Cluster
+from testenv.cluster import Cluster
 
 CHART = Path(__file__).parents[1] / "charts" / "tiny"
 

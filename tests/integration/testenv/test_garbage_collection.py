@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.helpers import gated, wait_gone
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def test_pod_owned_by_configmap_is_collected(cluster: Cluster, namespace: str, nodes,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.helpers import gated, read_pod, wait_phase
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def _unschedulable(cluster: Cluster, ns: str, name: str) -> bool:

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.helpers import gated, read_pod, wait_phase
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 
 def _bound(cluster: Cluster, namespace: str, name: str) -> bool:

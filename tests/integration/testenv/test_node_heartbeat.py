@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import HEARTBEAT_SECONDS
-from tests.testenv.waiting import wait_for
+from testenv.cluster import Cluster
+from testenv.kubelet import HEARTBEAT_SECONDS
+from testenv.waiting import wait_for
 
 
 def test_node_lease_is_renewed(cluster: Cluster, nodes) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.helpers import gated, pod, wait_gone
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def test_delete_sends_sigterm_and_removes_pod(cluster: Cluster, namespace: str, nodes,

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from testenv.cluster import Cluster
+from testenv.kubelet import gpu_uuid
+from testenv.waiting import wait_for
 from tests.integration.helpers import gated, pod, wait_phase
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import gpu_uuid
-from tests.testenv.waiting import wait_for
 
 
 def test_gpu_pod_is_scheduled_runs_and_reports(cluster: Cluster, namespace: str, nodes,

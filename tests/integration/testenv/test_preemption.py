@@ -8,9 +8,9 @@ from pathlib import Path
 
 from kubernetes import client, watch
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.helpers import gated, read_pod
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def test_high_priority_pod_preempts(cluster: Cluster, namespace: str, nodes,

@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from kuzk import api
+from kuzk.contract import api
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.helpers import pod, read_pod
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 
 def _ready(cluster: Cluster, ns: str, name: str) -> bool:

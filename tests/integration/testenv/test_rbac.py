@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from testenv.cluster import Cluster
 from tests.integration.helpers import PROGRAMS, pod, wait_phase
-from tests.testenv.cluster import Cluster
 
 
 def _list_as_lister(cluster: Cluster, ns: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs applied from ``kuzk.crds``,
+"""Fixtures for the WorkerStatus tests: ``crds`` (kuzk's CRDs applied from ``kuzk.contract.crds``,
 once per session, left installed), ``admin`` (the cluster's admin ApiClient with the CRDs in
 place), ``worker_status`` (makes a Node object of a unique name for its GPUs' WorkerStatuses,
 deleted at teardown with them) and ``make_assignment`` (fresh assignments with generated
@@ -17,12 +17,12 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api as kapi
-from kuzk.crds import all_crds
-from kuzk.workers import Assignment
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api as kapi
+from kuzk.contract.crds import all_crds
+from kuzk.contract.workers import Assignment
+from kuzk.contract.workerstatus import worker_status_name
+from testenv.cluster import Cluster
 from tests.integration.operator.conftest import plan, prover_account, run_operator
-from tests.testenv.cluster import Cluster
 
 __all__ = ["plan", "prover_account", "run_operator"]
 

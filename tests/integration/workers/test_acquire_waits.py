@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kuzk.workers import (
+from kuzk.contract.workers import (
     Acquired,
     Assignment,
     Gpu,
@@ -29,10 +29,10 @@ from kuzk.workers import (
     stage,
     sweep,
 )
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract.workerstatus import worker_status_name
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.workers.conftest import read_worker_status
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 GPU = Gpu("GPU-5e1f0c2a-0d3b-4c8e-9a71-acc011e00000", "NVIDIA H200")
 # Far beyond anything the test waits for: an acquire that returns did not time out its watch.

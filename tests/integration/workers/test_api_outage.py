@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, job_pods, proofjob, wait_job
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 RETRYING = "trying again for up to"
 

@@ -29,14 +29,14 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from kuzk import api as kapi
-from kuzk.workers import sweep
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api as kapi
+from kuzk.contract.workers import sweep
+from kuzk.contract.workerstatus import worker_status_name
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.workers.conftest import read_worker_status
 from tests.integration.workers.model import explain
 from tests.integration.workers.writers import process_main, run_writer
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 THREADS, PROCESSES, GPUS = 4, 4, 4
 PARTITIONS_PER_WRITER = 30

@@ -20,8 +20,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuzk import api as kapi
-from kuzk.workers import (
+from kuzk.contract import api as kapi
+from kuzk.contract.workers import (
     Assignment,
     Gpu,
     PodRef,
@@ -41,10 +41,10 @@ from kuzk.workers import (
     stage,
     sweep,
 )
-from kuzk.workerstatus import gpu_id, worker_status_name
+from kuzk.contract.workerstatus import gpu_id, worker_status_name
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.workers.conftest import read_worker_status
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 GPUS = [Gpu(f"GPU-{uuid.uuid4()}", "NVIDIA H200", 143_771_942_912) for _ in range(3)]
 
@@ -81,7 +81,7 @@ def test_stale_stage_writes_are_refused_and_counted(
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk.workers")
+    caplog.set_level(logging.INFO, logger="kuzk.contract.workers")
     node = worker_status()
     a, b = make_assignment(partition=1), make_assignment(partition=2)
     name = join(admin, node, GPUS[0], a)

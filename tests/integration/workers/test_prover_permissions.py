@@ -22,18 +22,18 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
-from kuzk import api as kapi
-from kuzk.workers import Gpu, join
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api as kapi
+from kuzk.contract.workers import Gpu, join
+from kuzk.contract.workerstatus import worker_status_name
+from testenv.cluster import Cluster
+from testenv.kubelet import ProcessKubelet
+from testenv.waiting import wait_for
 from tests.integration.helpers import DOWNWARD, pod, wait_phase
 from tests.integration.workers.conftest import (
     delete_worker_statuses,
     new_assignment,
     read_worker_status,
 )
-from tests.testenv.cluster import Cluster
-from tests.testenv.kubelet import ProcessKubelet
-from tests.testenv.waiting import wait_for
 
 FILES = Path(__file__).parents[3] / "charts" / "kuzk" / "files"
 PROGRAM = Path(__file__).parent / "programs" / "prover_permissions.py"

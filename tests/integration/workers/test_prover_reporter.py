@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from kuzk import api
-from kuzk.workers import Gpu, sweep
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract import api
+from kuzk.contract.workers import Gpu, sweep
+from kuzk.contract.workerstatus import worker_status_name
 from kuzk_prover.reporter import ProverReporter
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.workers.conftest import delete_node, read_worker_status
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 
 def pod_env(cluster: Cluster, node: str, **extra: str) -> dict[str, str]:

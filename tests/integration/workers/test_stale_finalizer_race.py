@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kuzk import api as kapi
-from kuzk.workers import (
+from kuzk.contract import api as kapi
+from kuzk.contract.workers import (
     Acquired,
     Assignment,
     Gpu,
@@ -38,12 +38,12 @@ from kuzk.workers import (
     release,
     release_gpu,
 )
-from kuzk.workerstatus import gpu_id, worker_status_name
+from kuzk.contract.workerstatus import gpu_id, worker_status_name
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
 from tests.integration.helpers import read_pod
 from tests.integration.operator.conftest import Plan, apply_job, job_pods, proofjob, wait_job
 from tests.integration.workers.conftest import read_worker_status
-from tests.testenv.cluster import Cluster
-from tests.testenv.waiting import wait_for
 
 GPU = Gpu("GPU-0b6f8d5e-7f0c-4a55-9d1e-1c0ffee00000", "NVIDIA H200", 143_771_942_912)
 W0 = gpu_id(GPU.uuid)
@@ -90,7 +90,7 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
     late_write: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk.workers")
+    caplog.set_level(logging.INFO, logger="kuzk.contract.workers")
     node = worker_status()
     name = worker_status_name(node, GPU.uuid)
     a = make_assignment("snap-1", partition=3, attempt=1)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from kuzk.workers import (
+from kuzk.contract.workers import (
     Assignment,
     Gpu,
     acquire,
@@ -35,7 +35,7 @@ from kuzk.workers import (
     stage,
     sweep,
 )
-from kuzk.workerstatus import parse, worker_status_name
+from kuzk.contract.workerstatus import parse, worker_status_name
 from tests.integration.workers.conftest import delete_node, new_assignment
 from tests.integration.workers.model import NodeModel, observed
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from kubernetes import config
 
-from kuzk.workers import (
+from kuzk.contract.workers import (
     Acquired,
     Assignment,
     Gpu,
@@ -39,7 +39,7 @@ from kuzk.workers import (
     release_gpu,
     stage,
 )
-from kuzk.workerstatus import worker_status_name
+from kuzk.contract.workerstatus import worker_status_name
 
 DIED_SHARE = 0.1  # of the partitions whose prover dies, released by the finalizer
 SWEPT_SHARE = 0.1  # of the partitions whose prover dies and whose pod is gone: the sweep's

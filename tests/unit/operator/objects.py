@@ -24,12 +24,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kuzk import api
-from kuzk.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event, ReleaseWorker
-from kuzk.api import resolve
-from kuzk.controller import without_nulls
-from kuzk.pods import PodSettings, pod_manifest
-from kuzk.reconcile import reconcile
+from kuzk.contract import api
+from kuzk.contract.api import resolve
+from kuzk.operator.actions import (
+    Action,
+    CreatePod,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    Event,
+    ReleaseWorker,
+)
+from kuzk.operator.controller import without_nulls
+from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.reconcile import reconcile
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 SETTINGS = PodSettings(image="kuzk/prover:test")

@@ -11,10 +11,10 @@ from datetime import datetime
 
 from kubernetes import client
 
-from kuzk import api
-from kuzk.ledger import Tally
-from kuzk.ledger_store import RETRY_FIRST_S, FoldQueue, LedgerStore
-from kuzk.peering import Peering, PeerWatch
+from kuzk.contract import api
+from kuzk.contract.ledger import Tally
+from kuzk.operator.ledger_store import RETRY_FIRST_S, FoldQueue, LedgerStore
+from kuzk.operator.peering import Peering, PeerWatch
 from tests.manual_clock import ManualClock, settle
 
 

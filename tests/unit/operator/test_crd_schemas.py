@@ -1,4 +1,4 @@
-"""kuzk.crds: strict, described, structural schemas, and the chart's copies kept current."""
+"""contract.crds: strict, described, structural schemas, and the chart's copies kept current."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kuzk import api, crds
-from kuzk.api import PHASES, STATES
+from kuzk.contract import api, crds
+from kuzk.contract.api import PHASES, STATES
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART_CRDS = ROOT / "charts" / "kuzk" / "crds"
@@ -147,9 +147,10 @@ def test_status_enums_follow_the_code():
 @pytest.mark.parametrize("crd", crds.all_crds(), ids=lambda crd: crd["metadata"]["name"])
 def test_chart_copy_is_current(crd):
     path = CHART_CRDS / crds.file_name(crd)
-    assert path.is_file(), f"{path} is missing: run `python -m kuzk.crds --write {CHART_CRDS}`"
+    assert path.is_file(), (
+        f"{path} is missing: run `python -m kuzk.contract.crds --write {CHART_CRDS}`")
     assert path.read_text() == crds.render(crd), (
-        f"{path} is out of date: run `python -m kuzk.crds --write charts/kuzk/crds`"
+        f"{path} is out of date: run `python -m kuzk.contract.crds --write charts/kuzk/crds`"
     )
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kuzk.actions import Refusal
-from kuzk.controller import refusal
+from kuzk.operator.actions import Refusal
+from kuzk.operator.controller import refusal
 
 
 @pytest.mark.parametrize("status", [400, 403, 422])

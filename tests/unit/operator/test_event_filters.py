@@ -10,12 +10,12 @@ from typing import Any
 
 from kubernetes import client
 
-from kuzk import api
-from kuzk.caches import Caches
-from kuzk.controller import Controller
-from kuzk.peering import outranked
-from kuzk.pods import PodSettings
-from kuzk.runtime import JobState, Runtime, assignments, changed_jobs
+from kuzk.contract import api
+from kuzk.operator.caches import Caches
+from kuzk.operator.controller import Controller
+from kuzk.operator.peering import outranked
+from kuzk.operator.pods import PodSettings
+from kuzk.operator.runtime import JobState, Runtime, assignments, changed_jobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

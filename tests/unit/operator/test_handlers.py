@@ -1,15 +1,16 @@
 """kuzk's Kopf handlers are watch handlers and indices only, which is what lets the operator
-skip Kopf's diff base (``kuzk.handlers.NoDiffBase``): a create, update, resume or delete
+skip Kopf's diff base (``kuzk.operator.handlers.NoDiffBase``): a create, update, resume or delete
 handler, or a daemon or timer, would need it (and would put a finalizer on the objects).
 And Kopf watches ProofJobs (and the ProofJob CRD, whose first event says the ProofJob index is
 complete) only: pods, WorkerStatuses and Nodes are the operator's own streams'
-(``kuzk.streams``), so Kopf neither watches nor writes them."""
+(``kuzk.operator.streams``), so Kopf neither watches nor writes them."""
 
 from __future__ import annotations
 
 import kopf
 
-from kuzk import api, handlers
+from kuzk.contract import api
+from kuzk.operator import handlers
 
 
 def test_kuzk_registers_no_handler_that_needs_a_diff_base() -> None:

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from kuzk import api
-from kuzk.actions import CreatePod, DeleteJob, DeletePod, Event
-from kuzk.pods import PodSettings
-from kuzk.reconcile import reconcile
+from kuzk.contract import api
+from kuzk.operator.actions import CreatePod, DeleteJob, DeletePod, Event
+from kuzk.operator.pods import PodSettings
+from kuzk.operator.reconcile import reconcile
 from tests.unit.operator.objects import T0, Cluster, Make, commitment_for
 
 SETTINGS = PodSettings(image="kuzk/prover:test")

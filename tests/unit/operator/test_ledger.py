@@ -1,4 +1,4 @@
-"""kuzk.ledger: what deleted objects counted, folded once, kept as long as it must be."""
+"""kuzk.contract.ledger: what deleted objects counted, folded once, kept as long as it must be."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kuzk import ledger
-from kuzk.ledger import FOLDED_KEEP_S, Ledger, Tally
+from kuzk.contract import ledger
+from kuzk.contract.ledger import FOLDED_KEEP_S, Ledger, Tally
 from tests.unit.status.builders import T0, part, proofjob, stamp, workerstatus
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

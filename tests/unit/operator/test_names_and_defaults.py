@@ -1,4 +1,4 @@
-"""kuzk.api: the defaults table, spec resolution, pod and label names, proof commitments."""
+"""contract.api: the defaults table, spec resolution, pod and label names, proof commitments."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from kuzk import api
+from kuzk.contract import api
 from tests.unit.operator.objects import Make
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -180,7 +180,7 @@ def test_times_are_rfc3339_utc(moment, text):
     ("kuzk-system", True, True),
     ("a" * 63, True, True),
     ("a" * 64, False, True),
-    ("kuzk.ledger", False, True),
+    ("kuzk.contract.ledger", False, True),
     ("kuzk-system\n", False, False),
     ("-kuzk", False, False),
     ("Kuzk", False, False),

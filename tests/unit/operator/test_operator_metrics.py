@@ -1,4 +1,4 @@
-"""kuzk.operator_metrics: a run is timed by kind, a failed one counted (``Gone`` is no
+"""kuzk.operator.metrics: a run is timed by kind, a failed one counted (``Gone`` is no
 failure), and the live gauges read the running operator when scraped."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk import api
-from kuzk.clock import Gone
-from kuzk.operator_metrics import OperatorMetrics, Timer
+from kuzk.contract import api
+from kuzk.contract.clock import Gone
+from kuzk.operator.metrics import OperatorMetrics, Timer
 
 
 def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

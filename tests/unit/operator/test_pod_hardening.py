@@ -5,8 +5,8 @@ ready first, then killed, well within 90 s of the prover getting stuck."""
 
 from __future__ import annotations
 
-from kuzk.api import resolve
-from kuzk.pods import PodSettings, pod_manifest
+from kuzk.contract.api import resolve
+from kuzk.operator.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")

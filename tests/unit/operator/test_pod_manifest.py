@@ -1,4 +1,4 @@
-"""kuzk.pods.pod_manifest: the partition pod contract."""
+"""kuzk.operator.pods.pod_manifest: the partition pod contract."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from kuzk import api
-from kuzk.api import resolve
-from kuzk.pods import PodSettings, pod_manifest
+from kuzk.contract import api
+from kuzk.contract.api import resolve
+from kuzk.operator.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")

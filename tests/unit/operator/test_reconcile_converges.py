@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 
-from kuzk import api
-from kuzk.actions import CreatePod, Event
-from kuzk.controller import without_nulls
-from kuzk.reconcile import reconcile
+from kuzk.contract import api
+from kuzk.operator.actions import CreatePod, Event
+from kuzk.operator.controller import without_nulls
+from kuzk.operator.reconcile import reconcile
 from tests.unit.operator.objects import (
     SETTINGS,
     Cluster,

@@ -1,4 +1,4 @@
-"""The operator's own streams (``kuzk.streams``), fed by hand: a list replaces what a stream
+"""The operator's own streams (``operator.streams``), fed by hand: a list replaces what a stream
 held (new and changed objects delivered, vanished ones delivered as DELETED, unchanged ones
 not at all), events refile objects in the index the caches read, and the runtime hears
 ``on_listed`` once every stream has listed since it started, and runs no work before."""
@@ -10,13 +10,13 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from kuzk import api
-from kuzk.caches import Caches, Index, pod_keys
-from kuzk.controller import Controller
-from kuzk.listwatch import KubeClient
-from kuzk.pods import PodSettings
-from kuzk.runtime import Runtime
-from kuzk.streams import POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams, by_name
+from kuzk.contract import api
+from kuzk.contract.listwatch import KubeClient
+from kuzk.operator.caches import Caches, Index, pod_keys
+from kuzk.operator.controller import Controller
+from kuzk.operator.pods import PodSettings
+from kuzk.operator.runtime import Runtime
+from kuzk.operator.streams import POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams, by_name
 
 
 def pod(name: str, rv: str, node: str | None = None, job: str = "j") -> dict[str, Any]:

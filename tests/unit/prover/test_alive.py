@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kuzk_prover import alive
-from tests.testenv.waiting import wait_for
+from testenv.waiting import wait_for
 
 
 def test_the_pulse_is_touched_while_it_runs_and_gone_after(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kuzk import api
+from kuzk.contract import api
 from kuzk_prover.inputs import make_input
 from kuzk_prover.verify import verify
 

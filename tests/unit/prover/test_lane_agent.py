@@ -23,7 +23,7 @@ import pytest
 
 from kuzk_prover.lane_agent import LaneAgent, LaneServer, settle
 from kuzk_prover.lane_protocol import SOCKET_ENV, address
-from tests.testenv.waiting import wait_for
+from testenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "examples" / "foreign-prover" / "prover.sh"

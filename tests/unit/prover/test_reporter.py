@@ -1,5 +1,5 @@
 """ProverReporter's reading of the partition pod: the assignment and GPU from its env, and
-its credentials through kuzk.kubeconfig (no writes: those are tested against the API server in
+its credentials through contract.kubeconfig (no writes: those are tested against the API server in
 tests/integration/workers/test_prover_reporter.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
-from kuzk.workers import Assignment, Gpu
+from kuzk.contract.workers import Assignment, Gpu
 from kuzk_prover import inputs
 from kuzk_prover.reporter import ProverReporter
 

@@ -1,12 +1,12 @@
-"""Raw API objects in the shapes the API server sends (``kuzk.crds``), for the tables."""
+"""Raw API objects in the shapes the API server sends (``kuzk.contract.crds``), for the tables."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from kuzk import api, ledger
-from kuzk import workerstatus as ws
+from kuzk.contract import api, ledger
+from kuzk.contract import workerstatus as ws
 
 T0 = 1_800_000_000.0  # the tables' clock: seconds since the epoch
 

@@ -1,7 +1,7 @@
 """A GPU's state, holder and lanes in /status, and its time: busy only while a lane holds the
 GPU phase, idle by reason otherwise, busy plus idle equal to the wall time (a settable clock,
-so every sum is exact). Statuses come from the one model (``kuzk.workerstatus``) and from the
-write protocol's own decisions (``kuzk.workers.decide_*``)."""
+so every sum is exact). Statuses come from the one model (``contract.workerstatus``) and from the
+write protocol's own decisions (``kuzk.contract.workers.decide_*``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk import workers
+from kuzk.contract import workers
+from kuzk.contract.workerstatus import Gpu
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import RESOURCES, StatusView
-from kuzk.workerstatus import Gpu
 from tests.unit.status.builders import T0, at, lane, node, part, proofjob, worker, written
 from tests.unit.status.builders import workerstatus as ws_object
 from tests.unit.status.conftest import Clock, Feed

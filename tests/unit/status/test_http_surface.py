@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk import api
+from kuzk.contract import api
 from kuzk.status.app import STATIC, make_app
 from kuzk.status.view import StatusView
 from tests.unit.status.builders import T0, node, part, proofjob, stamp, worker, workerstatus

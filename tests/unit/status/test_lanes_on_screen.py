@@ -12,10 +12,10 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kuzk.contract.workerstatus import GpuTime, Memory
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import OPEN_MODE_LAG_S, RESOURCES, StatusView
-from kuzk.workerstatus import GpuTime, Memory
 from tests.unit.status.builders import (
     T0,
     at,

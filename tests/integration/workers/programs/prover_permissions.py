@@ -26,8 +26,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from kuzk import api as kapi
-from kuzk.workers import Gpu, acquire, claim, join, leave
+from kuzk.contract import api as kapi
+from kuzk.contract.workers import Gpu, acquire, claim, join, leave
 from kuzk_prover.reporter import ProverReporter
 
 mode, other = sys.argv[1], sys.argv[2]

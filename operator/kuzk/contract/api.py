@@ -1,0 +1,344 @@
+"""The kuzk API surface shared by the operator, the CRDs and the status server.
+
+Names, label keys, the vocabulary of the status fields (job phases, partition states, worker
+stages and outcomes, timestamps), the per-kind defaults table and the resolution of a
+ProofJob's spec live here, once, so the CRD descriptions, the pod builder, the reconciler,
+the worker protocol and the status server cannot disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Literal
+
+GROUP = "kuzk.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+PROOFJOB_KIND = "ProofJob"
+PROOFJOB_PLURAL = "proofjobs"
+PROOFJOB_SINGULAR = "proofjob"
+PROOFJOB_SHORT_NAME = "pj"
+WORKERSTATUS_KIND = "WorkerStatus"
+WORKERSTATUS_PLURAL = "workerstatuses"
+WORKERSTATUS_SINGULAR = "workerstatus"
+WORKERSTATUS_SHORT_NAME = "ws"
+CATEGORY = "kuzk"
+
+FINALIZER = "kuzk.io/release-worker"
+
+# --- the vocabulary of the status fields, one name for each word ----------------------------
+# A ProofJob's ``status.phase``.
+PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED, PHASE_SUSPENDED = (
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+)
+PHASES = (PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED, PHASE_SUSPENDED)
+FINISHED_PHASES = (PHASE_SUCCEEDED, PHASE_FAILED)
+# A partition's ``state`` in the job's status, in the order a partition moves through it; the
+# four middle ones are also the ``stage`` of its lane on its GPU. ``committing`` is the CPU
+# work after the GPU phase: a partition is shown ``gpu`` only while its lane holds the GPU.
+PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING, DONE, FAILED = (
+    "pending",
+    "scheduled",
+    "synthesizing",
+    "synth_done",
+    "gpu",
+    "committing",
+    "done",
+    "failed",
+)
+STATES = (PENDING, SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING, DONE, FAILED)
+STARTED_STATES = (SCHEDULED, SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING)
+TERMINAL_STATES = (DONE, FAILED)
+WORKER_STAGES = (SYNTHESIZING, SYNTH_DONE, GPU, COMMITTING)
+# How a worker's pod ended, as its release records it ("lost": the sweep found it gone).
+WorkerOutcome = Literal["succeeded", "failed", "disrupted", "lost"]
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = "kuzk.io/job"
+LABEL_PARTITION = "kuzk.io/partition"
+LABEL_ATTEMPT = "kuzk.io/attempt"
+LABEL_PROOF_KIND = "kuzk.io/proof-kind"
+PROVER_APP = "kuzk-prover"
+MANAGER = "kuzk"
+
+PARTITIONS_MIN, PARTITIONS_MAX = 1, 64
+CIRCUIT_LOG2_MIN, CIRCUIT_LOG2_MAX = 4, 27
+DEFAULT_BACKOFF_LIMIT_PER_PARTITION = 3
+RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
+
+# Kubernetes names: pods (and our label values) must stay valid DNS labels.
+DNS_LABEL_MAX = 63
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN_MAX = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_NAME_HASH_CHARS = 8
+
+
+def is_dns_label(text: str) -> bool:
+    """Whether ``text`` is a DNS-1123 label (a namespace's name, a pod's)."""
+    return len(text) <= DNS_LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """Whether ``text`` is a DNS-1123 subdomain (a ConfigMap's name)."""
+    return len(text) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(text) is not None
+
+
+def version() -> str:
+    """kuzk's version, as installed (the package metadata), for --version and build info."""
+    try:
+        return importlib.metadata.version("kuzk")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class KindDefaults:
+    """What a proof kind implies when the spec does not say (the CRD says so too)."""
+
+    partitions: int
+    circuit_log2: int
+    priority_class_name: str
+    active_deadline_seconds: int | None
+
+
+PROOF_KINDS: Mapping[str, KindDefaults] = MappingProxyType(
+    {
+        "winning-post": KindDefaults(1, 22, "kuzk-critical", 25),
+        "window-post": KindDefaults(1, 27, "kuzk-high", 30 * 60),
+        "snap-update": KindDefaults(16, 23, "kuzk-normal", None),
+        "porep-c2": KindDefaults(10, 24, "kuzk-normal", None),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Sector:
+    """The sector a ProofJob proves; it seeds the witness."""
+
+    miner: int
+    number: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A ProofJob with every default applied: what the operator actually runs."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    proof_kind: str
+    partitions: int
+    sector: Sector
+    randomness: str
+    circuit_log2: int
+    backoff_limit_per_partition: int
+    active_deadline_seconds: int | None
+    ttl_seconds_after_finished: int | None
+    suspend: bool
+    priority_class_name: str
+    image: str | None
+    resources: Mapping[str, Any]
+    node_selector: Mapping[str, str] | None
+    tolerations: Sequence[Mapping[str, Any]] | None
+
+
+def resolve(job: Mapping[str, Any]) -> JobSpec:
+    """Resolve a ProofJob object into a JobSpec, applying the kind's defaults.
+
+    The partition count, circuit size and randomness define the proof, so once the job's
+    status records them (``status.partitionCount``, ``status.resolved``) those win over the
+    spec and the table: an operator upgrade that changes a default never reshapes a running
+    job, and neither does a spec field added after the job started.
+    """
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    recorded = status.get("resolved") or {}
+    kind = spec.get("proofKind")
+    if not isinstance(kind, str) or kind not in PROOF_KINDS:
+        msg = f"spec.proofKind must be one of {sorted(PROOF_KINDS)}, got {kind!r}"
+        raise ValueError(msg)
+    defaults = PROOF_KINDS[kind]
+    partitions = _first(status.get("partitionCount"), spec.get("partitions"), defaults.partitions)
+    _check_range("spec.partitions", partitions, PARTITIONS_MIN, PARTITIONS_MAX)
+    circuit_log2 = _first(
+        recorded.get("circuitLog2"), spec.get("circuitLog2"), defaults.circuit_log2
+    )
+    _check_range("spec.circuitLog2", circuit_log2, CIRCUIT_LOG2_MIN, CIRCUIT_LOG2_MAX)
+    sector = _sector(spec.get("sector"))
+    randomness = recorded.get("randomness") or spec.get("randomness") or default_randomness(sector)
+    if not re.fullmatch(RANDOMNESS_PATTERN, randomness):
+        msg = f"spec.randomness must be 0x followed by 64 hex digits, got {randomness!r}"
+        raise ValueError(msg)
+    prover = spec.get("prover") or {}
+    deadline = spec.get("activeDeadlineSeconds", defaults.active_deadline_seconds)
+    return JobSpec(
+        name=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation", 0)),
+        proof_kind=kind,
+        partitions=partitions,
+        sector=sector,
+        randomness=randomness,
+        circuit_log2=circuit_log2,
+        backoff_limit_per_partition=int(
+            spec.get("backoffLimitPerPartition", DEFAULT_BACKOFF_LIMIT_PER_PARTITION)
+        ),
+        active_deadline_seconds=deadline,
+        ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
+        suspend=bool(spec.get("suspend", False)),
+        priority_class_name=prover.get("priorityClassName") or defaults.priority_class_name,
+        image=prover.get("image"),
+        resources=prover.get("resources") or {},
+        node_selector=prover.get("nodeSelector"),
+        tolerations=prover.get("tolerations"),
+    )
+
+
+def default_randomness(sector: Sector) -> str:
+    """The challenge used when the spec gives none: derived from the sector, so reproducible."""
+    digest = hashlib.sha256(f"kuzk-randomness:{sector.miner}:{sector.number}".encode())
+    return "0x" + digest.hexdigest()
+
+
+def proof_commitment(commitments: Sequence[str]) -> str:
+    """The job-level commitment: SHA-256 over the partition commitments' bytes, in order."""
+    digest = hashlib.sha256()
+    for commitment in commitments:
+        digest.update(bytes.fromhex(commitment.removeprefix("0x")))
+    return digest.hexdigest()
+
+
+def pod_name(job_name: str, partition: int, attempt: int) -> str:
+    """The deterministic name of one partition attempt's pod: ``<job>-p<index>-a<attempt>``.
+
+    When that is not a valid DNS label (too long, or the job name has dots) the job part is
+    cut and suffixed with a hash of the full job name, so names stay unique and readable.
+    """
+    suffix = f"-p{partition}-a{attempt}"
+    plain = job_name + suffix
+    if is_dns_label(plain):
+        return plain
+    return _hashed(job_name, DNS_LABEL_MAX - len(suffix)) + suffix
+
+
+def job_label_value(job_name: str) -> str:
+    """The ``kuzk.io/job`` label value: the job's name, hashed down when over 63 characters."""
+    if len(job_name) <= DNS_LABEL_MAX:
+        return job_name
+    return _hashed(job_name, DNS_LABEL_MAX)
+
+
+def pod_partition(pod: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The (partition, attempt) a partition pod's labels name, or None when they name none:
+    the one rule, for the operator and the status server, of which partition attempt a pod
+    runs (which job's it is: its controller, ``observe.controller_of``)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    partition, attempt = labels.get(LABEL_PARTITION, ""), labels.get(LABEL_ATTEMPT, "")
+    if not (partition.isdigit() and attempt.isdigit()) or int(attempt) < 1:
+        return None
+    return int(partition), int(attempt)
+
+
+def pod_not_live_since(pod: Mapping[str, Any]) -> datetime | None:
+    """Since when a running partition pod is not live: its Ready condition turned False after
+    its containers started (its prover's readiness probe fails: it is stuck, and its liveness
+    probe will soon have it killed; or its node stopped reporting). None while it is live,
+    before it is first ready (a pod starting is not a stuck one), and once it has ended (its
+    finalizer release frees its lane then). The one rule, for the operator's marks on lanes
+    (``kuzk.contract.workers.decide_sweep``) and every reader of them."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return None
+    ready = next((c for c in status.get("conditions") or []
+                  if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "False":
+        return None
+    since = as_timestamp(ready.get("lastTransitionTime"))
+    started = [as_timestamp(((c.get("state") or {}).get("running") or {}).get("startedAt"))
+               for c in status.get("containerStatuses") or [] if isinstance(c, Mapping)]
+    known = [t for t in started if t is not None]
+    if since is None or not known or since <= max(known):
+        return None
+    return datetime.fromtimestamp(since, UTC)
+
+
+def error_status(body: str | bytes | None) -> Mapping[str, Any]:
+    """The API server's Status in the body of an error answer; {} when the body holds none."""
+    try:
+        status = json.loads(body or "{}")
+    except ValueError:
+        return {}
+    return status if isinstance(status, Mapping) else {}
+
+
+def format_time(moment: datetime, *, millis: bool = False) -> str:
+    """An RFC 3339 UTC timestamp with a ``Z``: at the second precision of metav1.Time, or
+    with ``millis`` at millisecond precision (WorkerStatus times, where busy stages show
+    tenths of a second)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return (text[:-3] if millis else text[:-7]) + "Z"
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp as written by the API server."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def as_int(value: Any) -> int | None:
+    """An integer field of a stored object; None where it is absent or not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_timestamp(value: Any) -> float | None:
+    """A timestamp field of a stored object in seconds since the epoch; None where it is
+    absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value).timestamp()
+    except ValueError:
+        return None
+
+
+def _hashed(name: str, limit: int) -> str:
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_NAME_HASH_CHARS]
+    keep = limit - len(digest) - 1
+    prefix = re.sub(r"[^a-z0-9-]", "-", name[:keep]).strip("-")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
+def _first(*values: Any) -> Any:
+    return next(value for value in values if value is not None)
+
+
+def _check_range(field: str, value: Any, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        msg = f"{field} must be an integer in {low}..{high}, got {value!r}"
+        raise ValueError(msg)
+
+
+def _sector(sector: Any) -> Sector:
+    if not isinstance(sector, Mapping) or not {"miner", "number"} <= sector.keys():
+        msg = f"spec.sector must have miner and number, got {sector!r}"
+        raise ValueError(msg)
+    return Sector(miner=int(sector["miner"]), number=int(sector["number"]))

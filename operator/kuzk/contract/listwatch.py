@@ -1,0 +1,162 @@
+"""List, then watch from that resourceVersion: the one list+watch loop of the operator's
+streams (``kuzk.operator.streams``) and the status server's view (``kuzk.status.watches``).
+
+A watch asks for bookmarks, so a quiet resource still moves its resourceVersion on. A watch
+that breaks (connection refused, the API server restarting, a read timeout, the server
+ending it) resumes from the last resourceVersion it saw; one the API server answers with 410
+Gone (the version is too old, compacted away) lists again. Each break is one restart, told
+to the sink. The API client is a small aiohttp one, sharing the caller's event loop; its
+credentials come from the kubernetes client's own configuration loaders (kubeconfig, exec
+plugins, in-cluster tokens). It only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+from kubernetes import client
+
+log = logging.getLogger("kuzk.contract.listwatch")
+
+WATCH_TIMEOUT_S = 300
+BACKOFF_FIRST_S, BACKOFF_CAP_S = 0.2, 2.0
+GONE = 410
+Body = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class KubeClient:
+    """GET-only access to the API server: lists and watch streams."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        self.configuration = configuration
+        self.host = configuration.host.rstrip("/")
+        self._ssl: ssl.SSLContext | bool = False
+        if self.host.startswith("https"):
+            context = ssl.create_default_context(
+                cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data
+            )
+            if configuration.cert_file:
+                context.load_cert_chain(configuration.cert_file, configuration.key_file)
+            if not configuration.verify_ssl:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self._ssl = context
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            connector=aiohttp.TCPConnector(ssl=self._ssl, limit=0),
+        )
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        # A kubeconfig's loader keeps the token under "authorization", the in-cluster
+        # loader under "BearerToken" (and refreshes it from the mounted file on this call).
+        token = self.configuration.get_api_key_with_prefix(
+            "BearerToken"
+        ) or self.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    async def list(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+        timeout = aiohttp.ClientTimeout(total=60, sock_connect=10)
+        async with self.session.get(self.host + path, params=params, headers=self._headers(),
+                                    timeout=timeout) as response:
+            if response.status != 200:
+                raise ApiError(response.status, (await response.text())[:300])
+            data: dict[str, Any] = await response.json(content_type=None)
+            return data
+
+    async def watch(self, path: str, params: Mapping[str, str], timeout_s: int,
+                    opened: Callable[[], None]) -> AsyncIterator[dict[str, Any]]:
+        """Yield the events of one watch request until the server ends it; ``opened`` is
+        called once the API server has accepted the watch."""
+        query = {**params, "watch": "1", "allowWatchBookmarks": "true",
+                 "timeoutSeconds": str(timeout_s)}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
+        async with self.session.get(self.host + path, params=query, headers=self._headers(),
+                                    timeout=timeout) as response:
+            if response.status != 200:
+                raise ApiError(response.status, (await response.text())[:300])
+            opened()
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class Sink(Protocol):
+    """Where one list+watch loop delivers what it reads."""
+
+    def listed(self, items: list[Body]) -> None:
+        """A full list arrived: it replaces everything of the loop's scope."""
+
+    def event(self, kind: str, item: Body) -> None:
+        """A watch event: ADDED, MODIFIED or DELETED (bookmarks are not delivered)."""
+
+    def connected(self) -> None:
+        """The API server accepted a watch."""
+
+    def lost(self) -> None:
+        """The loop broke; it will resume or list again."""
+
+
+def params(selector: str | None = None, fields: str | None = None) -> dict[str, str]:
+    """A list's and watch's query for a label and a field selector (None: none)."""
+    return {**({"labelSelector": selector} if selector else {}),
+            **({"fieldSelector": fields} if fields else {})}
+
+
+async def list_and_watch(kube: KubeClient, path: str, query: Mapping[str, str], sink: Sink,
+                         wait: Callable[[float], Awaitable[None]], name: str = "") -> None:
+    """List, then watch, until cancelled: resume on errors, list again on 410 Gone. ``wait``
+    sleeps between tries (backoff, capped at BACKOFF_CAP_S)."""
+    name = name or path
+    version: str | None = None
+    delay = BACKOFF_FIRST_S
+    while True:
+        try:
+            if version is None:
+                listing = await kube.list(path, query)
+                version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
+                sink.listed(listing.get("items") or [])
+            timeout_s = random.randint(WATCH_TIMEOUT_S, WATCH_TIMEOUT_S * 6 // 5)
+            async for event in kube.watch(path, {**query, "resourceVersion": version},
+                                          timeout_s, sink.connected):
+                delay = BACKOFF_FIRST_S
+                kind, item = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiError(int(item.get("code") or 500), str(item.get("message")))
+                version = str((item.get("metadata") or {}).get("resourceVersion") or version)
+                if kind != "BOOKMARK":
+                    sink.event(str(kind), item)
+        except asyncio.CancelledError:
+            raise
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
+            if isinstance(error, ApiError) and error.status == GONE:
+                version = None
+            sink.lost()
+            log.warning("watch of %s broke (%s); %s in %.1f s", name, error,
+                        "relisting" if version is None else "resuming", delay)
+            await wait(delay)
+            delay = min(delay * 2, BACKOFF_CAP_S)

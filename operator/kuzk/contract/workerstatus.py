@@ -1,0 +1,577 @@
+"""The one typed model of a WorkerStatus, read and written by the prover, the operator and the
+status server alike.
+
+A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``), named
+``<node>-<GPU id>`` (``worker_status_name``): its status lists that one worker, so no object
+is written by more lanes than share one GPU. A WorkerStatus of a release before per-GPU
+objects (``legacy``: no ``spec.gpu``, named after its node) lists every GPU of its node; the
+model reads both alike, and the operator retires the old kind once its lanes are gone. A GPU carries
+lanes: the partition pods the device plugin's time-slicing replicas put on it, in arrival
+order. At most one lane holds the GPU phase (``holder``); the others start, synthesize, wait
+for the GPU or commit on the CPU meanwhile. What the API server stores is the ``to_status``
+form (camelCase, the CRD's schema); everything else in kuzk reads it through ``parse``.
+
+A worker's state follows from its lanes: ``gpu`` while a lane holds the GPU phase (the only
+state counted as busy), ``waiting`` while lanes exist but none holds it (idle for a CPU
+reason), ``idle`` with no lanes.
+
+Two kinds of figures ride on the writes lanes make anyway, so reading them costs no write:
+each lane's memory at its last write (``Memory``: the prover's resident host memory and the
+device memory it holds), and each GPU's time (``GpuTime``): every write adds the seconds since
+the GPU's ``accountedAt`` to the mode the GPU was in (``Worker.accounted``), so its busy and
+idle seconds are kept by the object, not by whoever reads it, and survive any reader's restart.
+
+A lane writes only when its stage changes, never to say it is alive: whether its prover is
+alive is its pod's to say (the prover container's readiness and liveness probes, ``api.
+pod_not_live_since``). The object learns it from the operator, which marks a lane whose pod
+stopped being live (``Lane.not_live_since``) and unmarks it when the pod is live again, in
+the same guarded write as its sweep: one write per change of liveness, none in steady state.
+So the object can tell the mode ``not_live`` from ``busy`` and ``cpu`` itself, and every
+write, whoever makes it, accounts a GPU's time by the same rule (``Worker.mode``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from kuzk.contract import api
+
+
+class LaneStage(StrEnum):
+    """Where a lane is: start-up, synthesis (CPU), ready and waiting for the GPU phase
+    (``synth_done`` with ``readyAt``), the GPU phase, the commitment (CPU)."""
+
+    STARTING = "starting"
+    SYNTHESIZING = api.SYNTHESIZING
+    SYNTH_DONE = api.SYNTH_DONE
+    GPU = api.GPU
+    COMMITTING = api.COMMITTING
+
+
+class WorkerState(StrEnum):
+    """What a physical GPU is doing, as derived from its lanes."""
+
+    IDLE = "idle"
+    WAITING = "waiting"
+    GPU = "gpu"
+
+
+# The ProofJob partition state a lane's stage shows as: the engine's vocabulary, plus
+# ``committing`` for the CPU work after the GPU phase, so that a partition shows ``gpu`` only
+# while its lane holds the GPU.
+PARTITION_STATE = {
+    LaneStage.STARTING: api.SCHEDULED,
+    LaneStage.SYNTHESIZING: api.SYNTHESIZING,
+    LaneStage.SYNTH_DONE: api.SYNTH_DONE,
+    LaneStage.GPU: api.GPU,
+    LaneStage.COMMITTING: api.COMMITTING,
+}
+
+PREVIOUS_PODS = 8
+
+# A GPU's time is in one mode at a time: ``busy`` while a live lane holds its GPU phase
+# (nothing else is busy), else idle for a reason the object itself tells: ``not_live`` (the
+# lane holding the GPU phase is not live, or no lane holds it and none of its lanes is live:
+# a hung prover, until its pod's liveness probe has it killed and its lane released),
+# ``cpu`` (lanes, none holding: starting, synthesizing, waiting or committing), ``no_lane``
+# (no lane: no work for it, or its work not here yet).
+BUSY, IDLE_CPU, IDLE_NOT_LIVE, IDLE_NO_LANE = "busy", "cpu", "not_live", "no_lane"
+IDLE_MODES = (IDLE_NO_LANE, IDLE_CPU, IDLE_NOT_LIVE)
+GPU_TIME_MODES = (BUSY, *IDLE_MODES)
+_GPU_TIME_FIELDS = {BUSY: "busySeconds", IDLE_CPU: "cpuSeconds",
+                    IDLE_NOT_LIVE: "notLiveSeconds", IDLE_NO_LANE: "noLaneSeconds"}
+# What releases before liveness called ``not_live``: lanes whose heartbeats had stopped.
+# Stored seconds and ledgers of theirs are read as ``not_live``.
+_FORMER_MODES = {"unknown": IDLE_NOT_LIVE}
+_FORMER_FIELDS = {"unknownSeconds": IDLE_NOT_LIVE}
+
+
+def gpu_time_mode(stored: str) -> str:
+    """The mode a stored name means, a former release's names included."""
+    return _FORMER_MODES.get(stored, stored)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A partition pod: the identity of a lane."""
+
+    name: str
+    uid: str
+
+    def as_status(self) -> dict[str, Any]:
+        return {"name": self.name, "uid": self.uid}
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The ProofJob a lane proves a partition of."""
+
+    namespace: str
+    name: str
+    uid: str
+    proof_kind: str
+
+    def as_status(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "proofKind": self.proof_kind,
+        }
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU a worker drives; the UUID is its identity."""
+
+    uuid: str
+    name: str = ""
+    memory_bytes: int | None = None
+
+    def as_status(self) -> dict[str, Any]:
+        gpu: dict[str, Any] = {"uuid": self.uuid}
+        if self.name:
+            gpu["name"] = self.name
+        if self.memory_bytes is not None:
+            gpu["memoryBytes"] = self.memory_bytes
+        return gpu
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a lane's prover holds, measured when it writes: its resident host memory (the
+    witness of a lane waiting for the GPU stays there), and the device memory it holds (0
+    without a device)."""
+
+    host_bytes: int
+    device_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """A GPU's seconds by mode (``GPU_TIME_MODES``) up to ``accounted_at``."""
+
+    seconds: tuple[tuple[str, float], ...] = ()
+    accounted_at: datetime | None = None
+
+    def of(self, mode: str) -> float:
+        return dict(self.seconds).get(mode, 0.0)
+
+    def plus(self, added: Mapping[str, float], at: datetime) -> GpuTime:
+        """These seconds plus ``added``, accounted up to ``at``."""
+        totals = {mode: round(self.of(mode) + added.get(mode, 0.0), 3)
+                  for mode in GPU_TIME_MODES}
+        return GpuTime(tuple(totals.items()), at)
+
+    def as_status(self) -> dict[str, Any]:
+        stored: dict[str, Any] = {_GPU_TIME_FIELDS[mode]: self.of(mode)
+                                  for mode in GPU_TIME_MODES}
+        if self.accounted_at is not None:
+            stored["accountedAt"] = _stamp(self.accounted_at)
+        return stored
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One partition pod on a GPU."""
+
+    pod: PodRef
+    job: JobRef
+    partition: int
+    attempt: int
+    priority: int
+    stage: LaneStage
+    since: datetime
+    ready_at: datetime | None = None
+    memory: Memory | None = None
+    not_live_since: datetime | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.not_live_since is None
+
+    def measured(self, memory: Memory | None) -> Lane:
+        """This lane with the memory its prover measured for this write (kept if none)."""
+        return self if memory is None else replace(self, memory=memory)
+
+    def as_status(self) -> dict[str, Any]:
+        lane: dict[str, Any] = {
+            "pod": self.pod.as_status(),
+            "job": self.job.as_status(),
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "priority": self.priority,
+            "stage": str(self.stage),
+            "since": _stamp(self.since),
+        }
+        if self.ready_at is not None:
+            lane["readyAt"] = _stamp(self.ready_at)
+        if self.not_live_since is not None:
+            lane["notLiveSince"] = _stamp(self.not_live_since)
+        if self.memory is not None:
+            lane["hostMemoryBytes"] = self.memory.host_bytes
+            lane["deviceMemoryBytes"] = self.memory.device_bytes
+        return lane
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The lane in its GPU phase: its pod, and since when it holds the GPU."""
+
+    pod: PodRef
+    since: datetime
+
+    def as_status(self) -> dict[str, Any]:
+        return {"pod": self.pod.as_status(), "since": _stamp(self.since)}
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One physical GPU on the node."""
+
+    id: str
+    gpu: Gpu
+    lanes: tuple[Lane, ...] = ()
+    holder: Holder | None = None
+    previous_pod_uids: tuple[str, ...] = ()
+    completed: int = 0
+    since: datetime | None = None
+    gpu_time: GpuTime = GpuTime()
+
+    @property
+    def state(self) -> WorkerState:
+        if self.holder is not None:
+            return WorkerState.GPU
+        return WorkerState.WAITING if self.lanes else WorkerState.IDLE
+
+    def mode(self) -> str:
+        """The mode (``GPU_TIME_MODES``) this GPU is in: ``busy`` while its holder is live,
+        ``not_live`` while its holder is not or, with no holder, while none of its lanes is
+        live, ``cpu`` with lanes, else ``no_lane``. A lane is not live from the operator's
+        write that marks it (``kuzk.contract.workers.decide_sweep``), so every write, whoever makes
+        it, accounts the same seconds to the same mode."""
+        if self.holder is not None:
+            held = self.holding_lane()
+            return BUSY if held is None or held.live else IDLE_NOT_LIVE
+        if not self.lanes:
+            return IDLE_NO_LANE
+        return IDLE_CPU if any(lane.live for lane in self.lanes) else IDLE_NOT_LIVE
+
+    def open_seconds(self, now: datetime) -> dict[str, float]:
+        """The seconds from ``gpu_time.accounted_at`` to ``now`` by the mode this worker was
+        in (``mode``)."""
+        if self.gpu_time.accounted_at is None:
+            return {}
+        start, end = self.gpu_time.accounted_at.timestamp(), now.timestamp()
+        if end <= start:
+            return {}
+        return {self.mode(): end - start}
+
+    def accounted(self, now: datetime) -> GpuTime:
+        """Its GPU time up to ``now``: what is stored plus ``open_seconds`` (a worker never
+        accounted starts counting at ``now``; a clock behind ``accountedAt`` adds nothing).
+        ``now`` is cut to the millisecond the stored timestamp keeps, so no write loses any."""
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        at = self.gpu_time.accounted_at
+        return self.gpu_time.plus(self.open_seconds(now), now if at is None else max(at, now))
+
+    def lane(self, pod_uid: str) -> Lane | None:
+        return next((lane for lane in self.lanes if lane.pod.uid == pod_uid), None)
+
+    def holding_lane(self) -> Lane | None:
+        return None if self.holder is None else self.lane(self.holder.pod.uid)
+
+    def queue(self) -> list[Lane]:
+        """The lanes ready for the GPU phase and waiting for it, in the order they get it:
+        higher priority first, then the one ready first, then arrival."""
+        order = {lane.pod.uid: k for k, lane in enumerate(self.lanes)}
+        waiting = [
+            lane
+            for lane in self.lanes
+            if lane.ready_at is not None
+            and (self.holder is None or lane.pod.uid != self.holder.pod.uid)
+        ]
+        return sorted(
+            waiting,
+            key=lambda lane: (-lane.priority, lane.ready_at, order[lane.pod.uid]),
+        )
+
+    def with_lane(self, lane: Lane) -> Worker:
+        """This worker with ``lane`` replacing the lane of the same pod (or appended)."""
+        if self.lane(lane.pod.uid) is None:
+            return replace(self, lanes=(*self.lanes, lane))
+        lanes = tuple(lane if old.pod.uid == lane.pod.uid else old for old in self.lanes)
+        return replace(self, lanes=lanes)
+
+    def without_lane(self, pod_uid: str) -> Worker:
+        """This worker with the pod's lane gone, and the GPU phase with it if it held it."""
+        holder = self.holder
+        if holder is not None and holder.pod.uid == pod_uid:
+            holder = None
+        lanes = tuple(lane for lane in self.lanes if lane.pod.uid != pod_uid)
+        return replace(self, lanes=lanes, holder=holder)
+
+    def remember(self, pod_uid: str) -> Worker:
+        """Remember a pod that was taken from the GPU phase while it held it: a later release
+        about it is stale."""
+        previous = [u for u in self.previous_pod_uids if u != pod_uid]
+        return replace(self, previous_pod_uids=(pod_uid, *previous)[:PREVIOUS_PODS])
+
+    def as_status(self) -> dict[str, Any]:
+        worker: dict[str, Any] = {
+            "id": self.id,
+            "gpu": self.gpu.as_status(),
+            "state": str(self.state),
+            "lanes": [lane.as_status() for lane in self.lanes],
+            "completed": self.completed,
+        }
+        if self.holder is not None:
+            worker["holder"] = self.holder.as_status()
+        if self.previous_pod_uids:
+            worker["previousPodUIDs"] = list(self.previous_pod_uids)
+        if self.since is not None:
+            worker["since"] = _stamp(self.since)
+        if self.gpu_time.accounted_at is not None:
+            worker["gpuTime"] = self.gpu_time.as_status()
+        return worker
+
+
+@dataclass(frozen=True)
+class WorkerStatusModel:
+    """The ``status`` of a WorkerStatus: its one GPU's worker (a legacy one: its node's)."""
+
+    workers: tuple[Worker, ...] = ()
+    stale_writes_rejected: int = 0
+    updated_at: datetime | None = None
+
+    def worker(self, worker_id: str) -> Worker | None:
+        return next((w for w in self.workers if w.id == worker_id), None)
+
+    def worker_of_gpu(self, uuid: str) -> Worker | None:
+        return next((w for w in self.workers if w.gpu.uuid == uuid), None)
+
+    def worker_of_pod(self, pod_uid: str) -> Worker | None:
+        """The worker on which this pod has a lane."""
+        return next((w for w in self.workers if w.lane(pod_uid) is not None), None)
+
+    def with_worker(self, worker: Worker) -> WorkerStatusModel:
+        if self.worker(worker.id) is None:
+            return replace(self, workers=(*self.workers, worker))
+        workers = tuple(worker if w.id == worker.id else w for w in self.workers)
+        return replace(self, workers=workers)
+
+    def as_status(self, now: datetime) -> dict[str, Any]:
+        """The stored form, with the counts the printer columns show."""
+        return {
+            "workers": [w.as_status() for w in self.workers],
+            "proving": sum(1 for w in self.workers if w.holder is not None),
+            "lanes": sum(len(w.lanes) for w in self.workers),
+            "workerCount": len(self.workers),
+            "staleWritesRejected": self.stale_writes_rejected,
+            "updatedAt": _stamp(now),
+        }
+
+
+# --- reading the stored form -----------------------------------------------------------
+def _stamp(moment: datetime) -> str:
+    return api.format_time(moment, millis=True)
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return api.parse_time(str(value))
+    except ValueError:
+        return None
+
+
+def _pod(value: Any) -> PodRef:
+    pod = value if isinstance(value, Mapping) else {}
+    return PodRef(str(pod.get("name") or ""), str(pod.get("uid") or ""))
+
+
+def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
+    job = value.get("job") or {}
+    since = _time(value.get("since")) or fallback
+    try:
+        stage = LaneStage(str(value.get("stage") or LaneStage.STARTING))
+    except ValueError:
+        stage = LaneStage.STARTING
+    return Lane(
+        pod=_pod(value.get("pod")),
+        job=JobRef(
+            str(job.get("namespace") or ""),
+            str(job.get("name") or ""),
+            str(job.get("uid") or ""),
+            str(job.get("proofKind") or ""),
+        ),
+        partition=int(value.get("partition") or 0),
+        attempt=int(value.get("attempt") or 1),
+        priority=int(value.get("priority") or 0),
+        stage=stage,
+        since=since,
+        ready_at=_time(value.get("readyAt")),
+        not_live_since=_time(value.get("notLiveSince")),
+        memory=(None if value.get("hostMemoryBytes") is None else
+                Memory(int(value["hostMemoryBytes"]), int(value.get("deviceMemoryBytes") or 0))),
+    )
+
+
+def _gpu_time(value: Any) -> GpuTime:
+    stored = value if isinstance(value, Mapping) else {}
+    at = _time(stored.get("accountedAt"))
+    if at is None:
+        return GpuTime()
+    seconds = {mode: float(stored.get(name) or 0.0) for mode, name in _GPU_TIME_FIELDS.items()}
+    for name, mode in _FORMER_FIELDS.items():
+        seconds[mode] += float(stored.get(name) or 0.0)
+    return GpuTime(tuple(seconds.items()), at)
+
+
+def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
+    gpu = value.get("gpu") or {}
+    memory = gpu.get("memoryBytes")
+    holder = value.get("holder")
+    return Worker(
+        id=str(value.get("id") or ""),
+        gpu=Gpu(
+            str(gpu.get("uuid") or ""),
+            str(gpu.get("name") or ""),
+            None if memory is None else int(memory),
+        ),
+        lanes=tuple(_lane(lane, fallback) for lane in value.get("lanes") or []),
+        holder=(
+            Holder(_pod(holder.get("pod")), _time(holder.get("since")) or fallback)
+            if isinstance(holder, Mapping)
+            else None
+        ),
+        previous_pod_uids=tuple(str(u) for u in value.get("previousPodUIDs") or []),
+        completed=int(value.get("completed") or 0),
+        since=_time(value.get("since")),
+        gpu_time=_gpu_time(value.get("gpuTime")),
+    )
+
+
+def parse(status: Mapping[str, Any] | None, fallback: datetime | None = None) -> WorkerStatusModel:
+    """The model of a stored ``status`` (a missing one is empty). Times that are absent fall
+    back to ``fallback`` (default: the status's ``updatedAt``, else the epoch)."""
+    status = status or {}
+    updated = _time(status.get("updatedAt"))
+    base = fallback or updated or datetime.fromtimestamp(0, tz=UTC)
+    return WorkerStatusModel(
+        workers=tuple(_worker(w, base) for w in status.get("workers") or []),
+        stale_writes_rejected=int(status.get("staleWritesRejected") or 0),
+        updated_at=updated,
+    )
+
+
+def gpu_id(uuid: str) -> str:
+    """The ID of the worker that drives the GPU ``uuid``: 8 hex digits of its SHA-256, the
+    same on every write and every node, and safe in an object name whatever the UUID holds."""
+    return hashlib.sha256(uuid.encode()).hexdigest()[:8]
+
+
+_NAME_MAX = 253
+
+
+def worker_status_name(node: str, uuid: str) -> str:
+    """The name of the WorkerStatus of GPU ``uuid`` on ``node``: ``<node>-<gpu_id>`` (the
+    node's name cut so that the whole stays a DNS subdomain)."""
+    suffix = f"-{gpu_id(uuid)}"
+    return node[: _NAME_MAX - len(suffix)].rstrip(".-") + suffix
+
+
+def legacy(worker_status: Mapping[str, Any]) -> bool:
+    """Whether a WorkerStatus is of a release before per-GPU objects: one per node, named
+    after it, without ``spec.gpu``."""
+    return "gpu" not in (worker_status.get("spec") or {})
+
+
+def node_of(worker_status: Mapping[str, Any]) -> str:
+    """The node a WorkerStatus is on."""
+    return str((worker_status.get("spec") or {}).get("nodeName")
+               or (worker_status.get("metadata") or {}).get("name", ""))
+
+
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+
+
+def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
+    try:
+        value = int(str(labels.get(key, "")))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def physical_gpus(node: Mapping[str, Any], gpu_resource: str, workers: int = 0) -> int:
+    """How many physical GPUs a node has, never counting time-slicing replicas: the GPU
+    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatuses
+    list, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    counted = _label_int(labels, GPU_COUNT_LABEL)
+    if counted is not None:
+        return counted
+    if workers > 0:
+        return workers
+    status = node.get("status") or {}
+    amounts = status.get("allocatable") or status.get("capacity") or {}
+    try:
+        advertised = int(str(amounts.get(gpu_resource, 0) or 0))
+    except ValueError:
+        return 0
+    return advertised // (_label_int(labels, GPU_REPLICAS_LABEL) or 1)
+
+
+def lane_priority(proof_kind: str) -> int:
+    """The rank a proof kind's lanes wait for the GPU with: the order of its PriorityClass
+    (a kind with a deadline before one without, a shorter deadline first)."""
+    ranked = sorted(
+        {d.active_deadline_seconds for d in api.PROOF_KINDS.values()},
+        key=lambda s: float("inf") if s is None else s,
+        reverse=True,
+    )
+    defaults = api.PROOF_KINDS.get(proof_kind)
+    if defaults is None:
+        return 0
+    return ranked.index(defaults.active_deadline_seconds)
+
+
+__all__ = [
+    "BUSY",
+    "GPU_COUNT_LABEL",
+    "GPU_REPLICAS_LABEL",
+    "GPU_TIME_MODES",
+    "IDLE_CPU",
+    "IDLE_MODES",
+    "IDLE_NOT_LIVE",
+    "IDLE_NO_LANE",
+    "PARTITION_STATE",
+    "PREVIOUS_PODS",
+    "Gpu",
+    "GpuTime",
+    "Holder",
+    "JobRef",
+    "Lane",
+    "LaneStage",
+    "Memory",
+    "PodRef",
+    "Worker",
+    "WorkerState",
+    "WorkerStatusModel",
+    "gpu_id",
+    "gpu_time_mode",
+    "lane_priority",
+    "legacy",
+    "node_of",
+    "parse",
+    "physical_gpus",
+    "worker_status_name",
+]

@@ -1,0 +1,219 @@
+"""The partition pod manifest: the contract between the operator and any prover image.
+
+This module is the contract's only writer, so the reconciler, the tests and a replacement
+prover image all read one definition.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kuzk.contract import api
+
+CONTAINER_NAME = "prover"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+KERNEL_CACHE_VOLUME = "kernel-cache"
+KERNEL_CACHE_DIR = "/var/cache/kuzk"
+CUPY_CACHE_DIR = f"{KERNEL_CACHE_DIR}/cupy"
+# The container's /tmp (its root filesystem is read-only): the prover's pulse lives there.
+TMP_VOLUME, TMP_DIR = "tmp", "/tmp"
+# Whether the prover is alive is its pod's to say, not a write's: its pulse (touched every
+# 2 s, ``kuzk_prover.alive``) read by ``kuzk-alive`` (exec, no shell). Not ready once the pulse
+# is 10 s old (two failures 5 s apart: the operator marks its lane not live); killed once it
+# is 30 s old (two failures 10 s apart, then 5 s of grace: SIGKILL at most 55 s after the
+# prover stopped), so the pod fails and the finalizer release frees the GPU phase it held.
+# The liveness probe waits 20 s after the start for the prover's first pulse.
+READINESS_PROBE: dict[str, Any] = {
+    "exec": {"command": ["kuzk-alive", "--within", "10"]},
+    "periodSeconds": 5,
+    "timeoutSeconds": 5,
+    "failureThreshold": 2,
+}
+LIVENESS_PROBE: dict[str, Any] = {
+    "exec": {"command": ["kuzk-alive", "--within", "30"]},
+    "initialDelaySeconds": 20,
+    "periodSeconds": 10,
+    "timeoutSeconds": 5,
+    "failureThreshold": 2,
+    "terminationGracePeriodSeconds": 5,
+}
+# The Pod Security Standards' "restricted" level, which partition pods meet: they run as the
+# image's non-root user with nothing writable but a kernel cache and /tmp.
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Operator-wide settings for partition pods (flags of ``kuzk operator``)."""
+
+    image: str
+    command: Sequence[str] = ("kuzk-prover",)
+    gpu_resource: str = "nvidia.com/gpu"
+    service_account_name: str = "kuzk-prover"
+    # A node directory that keeps CuPy's compiled kernels for every prover pod of the node;
+    # None keeps them in an emptyDir, for the pod's life only. Set by the administrator only:
+    # a ProofJob cannot name a node path.
+    kernel_cache_host_path: str | None = None
+    # What a ProofJob may choose (an image entry ending in * is a prefix); empty: anything.
+    allowed_images: tuple[str, ...] = ()
+    allowed_priority_classes: tuple[str, ...] = ()
+    # The format of the prover's log lines (kuzk.contract.logs), the operator's own.
+    log_format: str = "text"
+    # Secrets (of the ProofJob's namespace) the kubelet pulls the prover image with; empty:
+    # none on the pod (the prover ServiceAccount's own, if any, then apply).
+    image_pull_secrets: tuple[str, ...] = ()
+
+    def rejections(self, job: Mapping[str, Any]) -> list[str]:
+        """Why the ProofJob's own choices are not allowed (the same messages as the chart's
+        admission policy); empty when they are. Defaults the operator fills in always are."""
+        prover = (job.get("spec") or {}).get("prover") or {}
+        found = []
+        image = prover.get("image")
+        if image and self.allowed_images and not any(
+                image.startswith(a[:-1]) if a.endswith("*") else image == a
+                for a in self.allowed_images):
+            found.append(f"spec.prover.image '{image}' is not allowed; allowed images:"
+                         f" {', '.join(self.allowed_images)} (an entry ending in * is a prefix)")
+        cls = prover.get("priorityClassName")
+        if cls and self.allowed_priority_classes and cls not in self.allowed_priority_classes:
+            found.append(f"spec.prover.priorityClassName '{cls}' is not allowed; allowed"
+                         f" classes: {', '.join(self.allowed_priority_classes)}")
+        return found
+
+
+def pod_manifest(
+    spec: api.JobSpec, partition: int, attempt: int, settings: PodSettings
+) -> dict[str, Any]:
+    """The manifest of one partition attempt's pod for an already resolved job."""
+    if not 0 <= partition < spec.partitions:
+        msg = f"partition {partition} is outside 0..{spec.partitions - 1} of job {spec.name}"
+        raise ValueError(msg)
+    if attempt < 1:
+        msg = f"attempt must be at least 1, got {attempt}"
+        raise ValueError(msg)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": settings.service_account_name,
+        "priorityClassName": spec.priority_class_name,
+        "enableServiceLinks": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "containers": [_container(spec, partition, attempt, settings)],
+        "volumes": [kernel_cache_volume(settings), {"name": TMP_VOLUME, "emptyDir": {}}],
+    }
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    if spec.node_selector is not None:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations is not None:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in spec.tolerations]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": api.pod_name(spec.name, partition, attempt),
+            "namespace": spec.namespace,
+            "labels": pod_labels(spec, partition, attempt),
+            "ownerReferences": [
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": api.PROOFJOB_KIND,
+                    "name": spec.name,
+                    "uid": spec.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "finalizers": [api.FINALIZER],
+        },
+        "spec": pod_spec,
+    }
+
+
+def pod_labels(spec: api.JobSpec, partition: int, attempt: int) -> dict[str, str]:
+    """The labels that identify a partition pod; the reconciler reads them back."""
+    return {
+        api.LABEL_NAME: api.PROVER_APP,
+        api.LABEL_MANAGED_BY: api.MANAGER,
+        api.LABEL_JOB: api.job_label_value(spec.name),
+        api.LABEL_PARTITION: str(partition),
+        api.LABEL_ATTEMPT: str(attempt),
+        api.LABEL_PROOF_KIND: spec.proof_kind,
+    }
+
+
+def kernel_cache_volume(settings: PodSettings) -> dict[str, Any]:
+    """Where CuPy keeps its compiled kernels: the node directory the operator names
+    (compiled once per node), else an emptyDir (once per pod)."""
+    host_path = settings.kernel_cache_host_path
+    if host_path:
+        source = {"hostPath": {"path": host_path, "type": "DirectoryOrCreate"}}
+    else:
+        source = {"emptyDir": {}}
+    return {"name": KERNEL_CACHE_VOLUME, **source}
+
+
+def prover_input(spec: api.JobSpec) -> dict[str, Any]:
+    """What ``KUZK_INPUT`` carries: everything a prover needs to rebuild a partition."""
+    return {
+        "sector": {"miner": spec.sector.miner, "number": spec.sector.number},
+        "randomness": spec.randomness,
+        "circuitLog2": spec.circuit_log2,
+        "partitions": spec.partitions,
+    }
+
+
+def _container(
+    spec: api.JobSpec, partition: int, attempt: int, settings: PodSettings
+) -> dict[str, Any]:
+    overrides = spec.resources
+    limits = {settings.gpu_resource: "1", **(overrides.get("limits") or {})}
+    resources: dict[str, Any] = {"limits": limits}
+    if overrides.get("requests"):
+        resources["requests"] = dict(overrides["requests"])
+    values = {
+        "KUZK_JOB": spec.name,
+        "KUZK_JOB_UID": spec.uid,
+        "KUZK_PARTITION": str(partition),
+        "KUZK_ATTEMPT": str(attempt),
+        "KUZK_PROOF_KIND": spec.proof_kind,
+        "KUZK_INPUT": json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
+        "CUPY_CACHE_DIR": CUPY_CACHE_DIR,
+        "KUZK_LOG_FORMAT": settings.log_format,
+    }
+    fields = {
+        "POD_NAME": "metadata.name",
+        "POD_UID": "metadata.uid",
+        "POD_NAMESPACE": "metadata.namespace",
+        "NODE_NAME": "spec.nodeName",
+    }
+    env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in values.items()]
+    env += [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for name, path in fields.items()
+    ]
+    return {
+        "name": CONTAINER_NAME,
+        "image": spec.image or settings.image,
+        "command": list(settings.command),
+        "env": env,
+        "resources": resources,
+        "volumeMounts": [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_DIR},
+                         {"name": TMP_VOLUME, "mountPath": TMP_DIR}],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "readinessProbe": copy.deepcopy(READINESS_PROBE),
+        "livenessProbe": copy.deepcopy(LIVENESS_PROBE),
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
