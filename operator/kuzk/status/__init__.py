@@ -2,9 +2,9 @@
 
 ``objects`` turns API objects into the few fields the screen needs, ``history`` remembers what
 the watches have seen happen (state transitions, GPU time), ``aggregate`` is the pure function
-from both and a clock to the status document, ``view`` holds the current objects, the counts
-(the objects' and the ledger's, ``contract.ledger``) and the cached document, ``watches`` keep the
-view current (list, then watch), ``metrics`` exposes the view to Prometheus and ``app`` serves
-it all over HTTP. Nothing here imports the operator's handlers or controller: the server runs,
-scales and restarts on its own.
+from both and a clock to the status document (its fields typed in ``document``), ``view``
+holds the current objects, the counts (the objects' and the ledger's, ``contract.ledger``) and
+the cached document, ``watches`` keep the view current (list, then watch), ``metrics`` exposes
+the view to Prometheus and ``app`` serves it all over HTTP. Nothing here imports the
+operator's handlers or controller: the server runs, scales and restarts on its own.
 """

@@ -25,6 +25,7 @@ from kuzk.contract.api import (
     TERMINAL_STATES,
 )
 from kuzk.contract.ledger import GpuKey, Tally, gpu_key
+from kuzk.status import document
 from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
 from kuzk.status.objects import Job, Node, Pod, WorkerNode, by_node
 
@@ -119,9 +120,9 @@ def shown_state(state: str, lane: tuple[workerstatus.Worker, workerstatus.Lane] 
 
 def pipeline(job: Job, snap: Snapshot, now: float,
              lanes: Mapping[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]
-             ) -> dict[str, Any]:
+             ) -> document.Pipeline:
     label = api.job_label_value(job.name)
-    parts = []
+    parts: list[document.Partition] = []
     for p in job.partitions:
         state = shown_state(p.state, lanes.get((job.namespace, job.name, p.index, p.attempt)))
         reason, message = p.reason, p.message
@@ -165,7 +166,7 @@ def _opt(value: float | None) -> float | None:
     return None if value is None else _secs(value)
 
 
-def _lane_row(lane: workerstatus.Lane, now: float) -> dict[str, Any]:
+def _lane_row(lane: workerstatus.Lane, now: float) -> document.Lane:
     ready = lane.ready_at.timestamp() if lane.ready_at is not None else None
     return {
         "pod": lane.pod.name,
@@ -183,7 +184,7 @@ def _lane_row(lane: workerstatus.Lane, now: float) -> dict[str, Any]:
     }
 
 
-def memory(lanes: Iterable[workerstatus.Lane]) -> dict[str, int]:
+def memory(lanes: Iterable[workerstatus.Lane]) -> document.Memory:
     """What lanes hold and do: synthesizing now, waiting for the GPU phase (ready, not
     holding it), and the host and device memory their provers measured at their last write."""
     lanes = list(lanes)
@@ -199,13 +200,13 @@ def memory(lanes: Iterable[workerstatus.Lane]) -> dict[str, int]:
 
 
 def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
-               now: float) -> dict[str, Any]:
+               now: float) -> document.GpuWorker:
     node = wn.node
     track = snap.history.workers.get((node, w.id))
     start = snap.history.window_start(now)
     busy = track.busy_between(start, now) if track else 0.0
     held = w.holding_lane()
-    holder = None if held is None or w.holder is None else {
+    holder: document.Holder | None = None if held is None or w.holder is None else {
         "pod": held.pod.name,
         "job_id": f"{held.job.namespace}/{held.job.name}",
         "proof_kind": held.job.proof_kind,
@@ -280,13 +281,13 @@ def idle_strip(track: WorkerTrack | None, started: float, now: float) -> list[st
     return out
 
 
-def workers(snap: Snapshot, now: float) -> list[dict[str, Any]]:
+def workers(snap: Snapshot, now: float) -> list[document.GpuWorker]:
     rows = [(wn, w) for wn in snap.worker_nodes for w in wn.workers]
     rows.sort(key=lambda row: (natural(row[0].node), natural(row[1].id)))
     return [gpu_worker(wn, w, snap, now) for wn, w in rows]
 
 
-def nodes(snap: Snapshot) -> list[dict[str, Any]]:
+def nodes(snap: Snapshot) -> list[document.Node]:
     """Per GPU node, what its lanes hold and do (``memory``), beside its allocatable memory."""
     allocatable = {n.name: n.memory_bytes for n in snap.nodes}
     grouped = by_node(snap.worker_nodes)
@@ -298,7 +299,7 @@ def nodes(snap: Snapshot) -> list[dict[str, Any]]:
             for node, gpus in sorted(grouped.items(), key=lambda item: natural(item[0]))]
 
 
-def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
+def fleet(snap: Snapshot, gpu_rows: list[document.GpuWorker], now: float) -> document.Fleet:
     """Physical GPUs, by the one rule (``workerstatus.physical_gpus``: the node's GPU count
     label, else its WorkerStatuses' workers, else its GPUs divided by its replicas)."""
     per_node: Counter[str] = Counter(row["node"] for row in gpu_rows)
@@ -319,7 +320,7 @@ def fleet(snap: Snapshot, gpu_rows: list[dict[str, Any]], now: float) -> dict[st
     }
 
 
-def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> dict[str, Any]:
+def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> document.Counters:
     completed: Counter[str] = Counter()
     failed: Counter[str] = Counter()
     for (namespace, kind), n in snap.counts.completed.items():
@@ -340,8 +341,8 @@ def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> dict[str, Any
 
 
 def render(snap: Snapshot, *, now: float, sync: Sync, keep_finished: float,
-           filters: Filters = Filters()) -> dict[str, Any]:
-    """The ``/status`` document (README.md, "The status endpoint")."""
+           filters: Filters = Filters()) -> document.StatusDocument:
+    """The ``/status`` document (README.md, "The status endpoint"; ``document`` types it)."""
     admitted = sorted((j for j in snap.jobs if filters.admits(j.namespace, j.proof_kind)),
                       key=job_order)
     gpu_rows = workers(snap, now)

@@ -111,7 +111,7 @@ class ViewCollector(Collector):
             for lane_stage in LaneStage:
                 lanes.add_metric([node_name, str(lane_stage)], stages[str(lane_stage)])
             for w in gpus:
-                figures = memory(w.lanes)
+                figures = dict[str, int](**memory(w.lanes))  # by the gauges' names
                 for name, family in held.items():
                     family.add_metric(gpu_labels(gpu_key(node_name, w)), figures[name])
             node = view.nodes.get(node_name)

@@ -32,6 +32,7 @@ from kuzk.contract.ledger import GpuKey, Ledger, Tally
 from kuzk.contract.workerstatus import GPU_TIME_MODES
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
+from kuzk.status.document import StatusDocument
 from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
 
@@ -78,7 +79,7 @@ def _serialize(snap: Snapshot, now: float, sync: Sync, keep_finished: float,
     return body, gzip.compress(body, GZIP_LEVEL)
 
 
-def _encode(doc: dict[str, Any]) -> Iterator[str]:
+def _encode(doc: StatusDocument) -> Iterator[str]:
     """JSON text in small pieces: one ``json.dumps`` of a thousand jobs holds the GIL for a
     fifth of a second, and the event loop serving requests would wait that long."""
     yield "{"
