@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from testenv.kubelet import NodeSpec, ProcessKubelet  # noqa: E402
+from testenv.kubelet import ProcessKubelet  # noqa: E402
+from testenv.nodes import NodeSpec  # noqa: E402
 
 log = logging.getLogger("fleet_kubelets")
 

@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the pac
 
 from testenv.cluster import Cluster, install_kuzk  # noqa: E402
 from testenv.controlplane import ControlPlane, free_port, stop_group, tail  # noqa: E402
-from testenv.kubelet import NodeSpec  # noqa: E402
+from testenv.nodes import NodeSpec  # noqa: E402
 from testenv.waiting import wait_for  # noqa: E402
 
 NAMESPACE = "pipeline"

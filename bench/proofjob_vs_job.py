@@ -66,7 +66,7 @@ from twins import JOB_NAME_LABEL, indexed_job, proofjob  # noqa: E402
 
 from testenv.cluster import Cluster, install_kuzk  # noqa: E402
 from testenv.controlplane import ControlPlane, stop_group  # noqa: E402
-from testenv.kubelet import NodeSpec  # noqa: E402
+from testenv.nodes import NodeSpec  # noqa: E402
 
 STANDIN = ROOT / "tests" / "integration" / "operator" / "standin.py"
 IMAGE = "kuzk-standin:bench"

@@ -17,7 +17,7 @@ from pathlib import Path
 from testenv.binaries import MissingBinaryError
 from testenv.cluster import Cluster
 from testenv.controlplane import ControlPlane, StartError
-from testenv.kubelet import NodeSpec
+from testenv.nodes import NodeSpec
 
 
 def main(argv: list[str] | None = None) -> int:

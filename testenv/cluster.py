@@ -18,7 +18,8 @@ from kubernetes import client, config
 from kuzk.contract import crds
 from testenv import binaries
 from testenv.controlplane import ControlPlane
-from testenv.kubelet import NodeSpec, ProcessKubelet
+from testenv.kubelet import ProcessKubelet
+from testenv.nodes import NodeSpec
 
 
 class Cluster:

@@ -35,7 +35,7 @@ from kuzk.contract import api, workerstatus
 from testenv.binaries import MissingBinaryError
 from testenv.cluster import Cluster
 from testenv.controlplane import ControlPlane, StartError
-from testenv.kubelet import NodeSpec
+from testenv.nodes import NodeSpec
 from testenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

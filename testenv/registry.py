@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from testenv.containers import podman
 from testenv.controlplane import free_port, stop_group, tail
+from testenv.runtime import podman
 from testenv.waiting import wait_for
 
 USERNAME = "kuzk"

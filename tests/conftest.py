@@ -19,7 +19,8 @@ from kubernetes.client.rest import ApiException
 
 from testenv.cluster import Cluster, install_kuzk
 from testenv.controlplane import ControlPlane
-from testenv.kubelet import NodeSpec, ProcessKubelet
+from testenv.kubelet import ProcessKubelet
+from testenv.nodes import NodeSpec
 from testenv.waiting import wait_for
 
 

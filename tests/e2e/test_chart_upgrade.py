@@ -18,7 +18,7 @@ from kubernetes import client
 
 from kuzk.contract import crds
 from testenv.cluster import Cluster
-from testenv.kubelet import NodeSpec
+from testenv.nodes import NodeSpec
 from testenv.waiting import wait_for
 from tests.e2e.test_user_path import CHART, Release, _drop_namespace, chart_values, helm
 from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from kuzk.contract import api
 from testenv.cluster import Cluster
-from testenv.containers import IMAGES_SCRIPT, Images, build_images, podman
+from testenv.runtime import IMAGES_SCRIPT, Images, build_images, podman
 from tests.integration.operator.conftest import apply_job, job_pods, proofjob, wait_job
 
 # The first test may build the images from a cold cache (minutes on a small machine).

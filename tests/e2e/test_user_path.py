@@ -43,7 +43,8 @@ from kuzk.contract import api, crds, ledger
 from kuzk.contract.logs import KEYS
 from testenv import prometheus
 from testenv.cluster import Cluster
-from testenv.kubelet import NodeSpec, ProcessKubelet
+from testenv.kubelet import ProcessKubelet
+from testenv.nodes import NodeSpec
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, job_pods, proofjob, wait_job
 

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from testenv.kubelet import GPU_RESOURCE, NodeSpec, ProcessKubelet, pick_replicas
+from testenv.gpus import GPU_RESOURCE, pick_replicas
+from testenv.kubeapi import now
+from testenv.kubelet import ProcessKubelet
+from testenv.nodes import NodeSpec, node_status
 
 GPUS = ["GPU-a", "GPU-b"]
 
@@ -110,6 +113,6 @@ def test_one_replica_the_kubelet_gives_one_pod_per_gpu(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("replicas", "advertised"), [(1, "2"), (3, "6")])
 def test_capacity_is_gpus_times_replicas(tmp_path: Path, replicas: int, advertised: str) -> None:
     spec = NodeSpec("gpu-1", gpus=2, replicas=replicas)
-    status = kubelet(tmp_path, spec)._node_status(spec)
+    status = node_status(spec, now())
     assert status["capacity"][GPU_RESOURCE] == advertised
     assert status["allocatable"][GPU_RESOURCE] == advertised

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from testenv.containers import on_loopback_registry
+from testenv.pulls import on_loopback_registry
 
 
 @pytest.mark.parametrize(("image", "pulled"), [

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from testenv.containers import Images, build_images
+from testenv.runtime import Images, build_images
 from tests.integration.operator.conftest import plan, prover_account, run_operator
 
 __all__ = ["plan", "prover_account", "run_operator"]

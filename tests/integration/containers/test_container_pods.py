@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from testenv.cluster import Cluster
-from testenv.containers import Images
+from testenv.runtime import Images
 from testenv.waiting import wait_for
 from tests.integration.helpers import DOWNWARD, read_pod, wait_gone, wait_phase
 

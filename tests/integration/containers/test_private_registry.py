@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 from testenv.cluster import Cluster
-from testenv.containers import Images, podman
 from testenv.registry import Registry
+from testenv.runtime import Images, podman
 from testenv.waiting import wait_for
 from tests.integration.helpers import read_pod, wait_gone, wait_phase
 from tests.integration.operator.conftest import (

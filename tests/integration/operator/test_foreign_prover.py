@@ -27,8 +27,8 @@ from kubernetes import client, watch
 from kuzk.contract import api
 from kuzk.operator.pods import KERNEL_CACHE_DIR
 from testenv.cluster import Cluster
-from testenv.containers import Images, build_images
 from testenv.kubelet import ProcessKubelet
+from testenv.runtime import Images, build_images
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.operator.test_worker_truth import Sample, _lies, _sample, _workers

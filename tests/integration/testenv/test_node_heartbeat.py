@@ -6,7 +6,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from testenv.cluster import Cluster
-from testenv.kubelet import HEARTBEAT_SECONDS
+from testenv.nodes import HEARTBEAT_SECONDS
 from testenv.waiting import wait_for
 
 

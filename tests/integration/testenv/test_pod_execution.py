@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from testenv.cluster import Cluster
-from testenv.kubelet import gpu_uuid
+from testenv.gpus import gpu_uuid
 from testenv.waiting import wait_for
 from tests.integration.helpers import gated, pod, wait_phase
 
