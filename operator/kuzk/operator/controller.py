@@ -38,8 +38,8 @@ from kuzk.operator.actions import (
 from kuzk.operator.events import Poster
 from kuzk.operator.ledger_store import LedgerStore
 from kuzk.operator.observe import controlled_by
-from kuzk.operator.partitions import POD_REFUSED, refusal_backoff
 from kuzk.operator.pods import PodSettings
+from kuzk.operator.policies.refused import POD_REFUSED, refusal, refusal_backoff
 from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer
 from kuzk.operator.reconcile import reconcile
 
@@ -47,7 +47,6 @@ log = logging.getLogger("kuzk.operator.controller")
 RESYNC_SECONDS = 10.0
 STALE_RESYNC_SECONDS = 1.0
 POD_CALLS_IN_FLIGHT = 16
-NOT_READY = "not yet ready to handle request"
 Body = dict[str, Any]
 
 
@@ -322,16 +321,6 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [without_nulls(v) for v in value]
     return value
-
-
-def refusal(status: int, message: str) -> Refusal | None:
-    """The Refusal an error answer to a pod create is (400 and 422 invalid, 403 forbidden: Pod
-    Security admission, a ResourceQuota, RBAC), or None for an outage to retry at once. A
-    restarting API server answers 403 "not yet ready to handle request" until its admission
-    plugins have synced: that is an outage."""
-    if status in (400, 403, 422) and NOT_READY not in message:
-        return Refusal(status, message)
-    return None
 
 
 def api_message(error: ApiException) -> str:
