@@ -23,7 +23,7 @@ from kubernetes import client, config
 
 from kuzk.contract import api, crds, logs
 from kuzk.contract.kubeconfig import load_config
-from kuzk.operator import controller
+from kuzk.operator import uninstall
 from kuzk.operator.peering import Peering, PeeringError, ensure_peering
 from kuzk.operator.pods import PodSettings
 
@@ -339,7 +339,7 @@ def release_finalizers(args: argparse.Namespace) -> int:
         load_config()
     except (config.ConfigException, OSError) as e:
         return _no_configuration(e)
-    done = controller.release_finalizers(client.ApiClient(), args.namespace)
+    done = uninstall.release_finalizers(client.ApiClient(), args.namespace)
     print(f"released {done} partition pod(s)")
     return 0
 

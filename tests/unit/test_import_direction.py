@@ -27,7 +27,8 @@ PROVER = ROOT / "prover_image" / "kuzk_prover"
 # The pure decision and the models it reads: no Kopf, no client, no I/O.
 PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "ledger")] + [
     OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
-                                   "reconcile", "ranges")]
+                                   "reconcile", "ranges")] + sorted(
+    (OPERATOR / "policies").glob("*.py"))
 # The prover's modules that talk to the API server or read the pod's env; the rest (the
 # proving core) imports nothing of kuzk.
 PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs")

@@ -105,3 +105,9 @@ class Decision:
     def ttl_expired(self) -> bool:
         """Whether the job is finished and its ttlSecondsAfterFinished has passed."""
         return bool(self.of_type(DeleteJob))
+
+
+def partition_event(type: Literal["Normal", "Warning"], reason: str, index: int, attempt: int,
+                    text: str) -> Event:
+    """An Event about one attempt of one partition: its message starts by naming them."""
+    return Event(type, reason, f"partition {index} attempt {attempt} {text}")

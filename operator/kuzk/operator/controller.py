@@ -7,13 +7,14 @@ WorkerStatuses from the operator's watch caches. ``Controller.sync`` asks the pu
 the cache was stale: it reads that one job again and decides again), then applies the actions,
 each idempotent, so a crash between any two steps is repaired by the next sync. A 404 on a
 write about the job means the job is gone (``JobGone``): its pods are then settled as orphans.
+The finalizer release, orphans and the sweep are ``kuzk.operator.reclaim``'s, which
+``Controller`` extends; the Events go through the poster it is given (``kuzk.operator.events``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,9 +22,8 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
-from kuzk.contract import api, workers
+from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
 from kuzk.operator.actions import (
@@ -35,33 +35,19 @@ from kuzk.operator.actions import (
     Refusal,
     ReleaseWorker,
 )
+from kuzk.operator.events import Poster
 from kuzk.operator.ledger_store import LedgerStore
-from kuzk.operator.observe import (
-    controlled_by,
-    controller_of,
-    is_deleting,
-    release_action,
-    worker_outcome,
-)
-from kuzk.operator.partitions import POD_REFUSED, refusal_backoff
+from kuzk.operator.observe import controlled_by
 from kuzk.operator.pods import PodSettings
+from kuzk.operator.policies.refused import POD_REFUSED, refusal, refusal_backoff
+from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer
 from kuzk.operator.reconcile import reconcile
 
 log = logging.getLogger("kuzk.operator.controller")
 RESYNC_SECONDS = 10.0
-ORPHAN_LOOK_SECONDS = 30.0
 STALE_RESYNC_SECONDS = 1.0
 POD_CALLS_IN_FLIGHT = 16
-CONFLICT_TRIES = 3
-EVENT_COMPONENT = "kuzk-operator"
-NOT_READY = "not yet ready to handle request"
-EVENT_MESSAGE_MAX = 1024
-Poster = Callable[[dict[str, Any], Event], None]
 Body = dict[str, Any]
-
-
-class Conflict(Exception):
-    """The ProofJob kept changing between read and status write; sync again."""
 
 
 class JobGone(Exception):
@@ -84,7 +70,9 @@ class Synced:
 
 
 @dataclass
-class Controller:
+class Controller(Reclaimer):
+    """Syncs ProofJobs: decides with ``reconcile`` and applies the decision."""
+
     api_client: client.ApiClient
     settings: PodSettings
     post_event: Poster
@@ -92,16 +80,9 @@ class Controller:
     clock: Clock = SYSTEM
 
     def __post_init__(self) -> None:
-        self.core = client.CoreV1Api(self.api_client)
-        self.custom = client.CustomObjectsApi(self.api_client)
+        super().__init__(self.api_client, self.clock)
         self._pool = ThreadPoolExecutor(max_workers=POD_CALLS_IN_FLIGHT,
                                         thread_name_prefix="kuzk-pods")
-
-    @staticmethod
-    def _body(response: Any) -> Body:
-        """The object a call made with ``_preload_content=False`` returned, as plain JSON: the
-        client's typed models cost milliseconds of CPU per pod to build and to convert back."""
-        return cast(Body, json.loads(response.data))
 
     # --- one job -------------------------------------------------------------------------
     def sync(
@@ -327,224 +308,6 @@ class Controller:
                 raise
         return True
 
-    # --- the finalizer -------------------------------------------------------------------
-    def release(
-        self,
-        ns: str,
-        action: ReleaseWorker,
-        pod: Body | None = None,
-    ) -> Body | None:
-        """The finalizer write: release the worker (guarded), then drop the finalizer.
-
-        ``pod`` comes from the caller's cache; without it, it is read. The guarded write is
-        made whatever a cached WorkerStatus shows: a cache that lags behind the pod's join
-        would otherwise leave its lane (and the GPU phase, if it held it) to the sweep. A pod
-        without a lane costs the GET only. Returns the pod as the finalizer patch left it
-        (None when no patch was made)."""
-        if pod is None:
-            pod = self._read_pod(ns, action.pod_name)
-        if pod is None or (pod.get("metadata") or {}).get("uid") != action.pod_uid:
-            return None
-        if action.node:
-            outcome = worker_outcome(pod)
-            ref = workers.PodRef(action.pod_name, action.pod_uid)
-            released = workers.release(self.api_client, action.node, ref, outcome,
-                                       clock=self.clock)
-            log.info(
-                "finalizer release of %s/%s on %s (%s): %s",
-                ns, action.pod_name, action.node, outcome,
-                "applied" if released else "nothing held it",
-            )
-        return self._drop_finalizer(ns, pod)
-
-    def _read_pod(self, ns: str, name: str) -> Body | None:
-        try:
-            return self._body(self.core.read_namespaced_pod(name, ns, _preload_content=False))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def _drop_finalizer(self, ns: str, pod: Body) -> Body | None:
-        """Remove ``kuzk.io/release-worker``, checking it is still where the pod had it, so
-        the patch never removes another finalizer; if it moved, read the pod once more.
-        Returns the patched pod, or None when there was nothing to patch."""
-        for _ in range(CONFLICT_TRIES):
-            meta = pod.get("metadata") or {}
-            finalizers = meta.get("finalizers") or []
-            if api.FINALIZER not in finalizers:
-                return None
-            path = f"/metadata/finalizers/{finalizers.index(api.FINALIZER)}"
-            patch: list[dict[str, Any]] = [
-                {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-                {"op": "test", "path": path, "value": api.FINALIZER},
-                {"op": "remove", "path": path},
-            ]
-            try:
-                return self._body(self.core.patch_namespaced_pod(
-                    meta["name"], ns, patch, _preload_content=False))
-            except ApiException as e:
-                if e.status == 404:
-                    return None
-                if e.status not in (409, 422):
-                    raise
-            fresh = self._read_pod(ns, meta.get("name", ""))
-            if fresh is None or (fresh.get("metadata") or {}).get("uid") != meta.get("uid"):
-                return None
-            pod = fresh
-        msg = f"pod {ns}/{(pod.get('metadata') or {}).get('name')} kept changing"
-        raise Conflict(msg)
-
-    # --- pods without their job ------------------------------------------------------------
-    def settle_orphan(self, pod: Body, now: datetime | None = None) -> float | None:
-        """A partition pod whose ProofJob is gone (deleted with any propagation policy, or
-        the pod orphaned with --cascade=orphan): kuzk adopts nothing, so the pod is deleted,
-        its worker released (guarded) once its container has stopped, and its finalizer
-        dropped. Returns seconds until it needs another look (its grace period), or None.
-        Raises nothing when the job turns out to exist: the caller syncs the job then."""
-        moment = now or self.clock.now()
-        meta = pod.get("metadata") or {}
-        ns, name = meta.get("namespace", ""), meta.get("name", "")
-        if not is_deleting(pod):
-            owner = controller_of(pod)
-            if owner is not None and self._job_exists(ns, owner):
-                return None
-            log.info("deleting partition pod %s/%s: its ProofJob is gone", ns, name)
-            opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
-            try:
-                deleted = self.core.delete_namespaced_pod(name, ns, body=opts,
-                                                          _preload_content=False)
-            except ApiException as e:
-                if e.status in (404, 409):
-                    return None
-                raise
-            pod = self._body(deleted)
-        action = release_action(pod, moment)
-        if action is not None:
-            self.release(ns, action, pod)
-            return None
-        if api.FINALIZER not in ((pod.get("metadata") or {}).get("finalizers") or []):
-            return None
-        stamp = (pod.get("metadata") or {}).get("deletionTimestamp")
-        left = (api.parse_time(stamp) - moment).total_seconds() if stamp else 0.0
-        return min(max(left, 0.0) + 0.5, ORPHAN_LOOK_SECONDS)
-
-    def _job_exists(self, ns: str, owner: Mapping[str, Any]) -> bool:
-        """Whether the pod's owner still exists: one read, only for a pod about to be deleted
-        because the cache does not know its job."""
-        try:
-            job = self.custom.get_namespaced_custom_object(
-                api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL, owner.get("name", "")
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
-        return bool(cast(Body, job).get("metadata", {}).get("uid") == owner.get("uid"))
-
-    # --- workers -----------------------------------------------------------------------
-    def sweep(
-        self, name: str, live: Mapping[str, api.WorkerOutcome | None],
-        worker_status: Body | None, not_live: Mapping[str, datetime] | None = None,
-    ) -> list[workers.Released]:
-        """Release the lanes of WorkerStatus ``name`` whose pod is gone, or ended with its
-        finalizer gone, and mark its lanes whose pod is not live (periodic, and on a change
-        of a pod's liveness); then retire it if it is a legacy one no lane is on.
-
-        ``live`` maps the UIDs of kuzk's pods on its node to ``observe.sweep_outcome``,
-        ``not_live`` those of running pods that are not live to since when (both from the
-        cache); the guarded write is made only when the cached WorkerStatus shows
-        something to change."""
-        now = self.clock.now()
-        cached = worker_status or {}
-        released = []
-        if workers.decide_sweep(cached.get("status") or {}, live, now, not_live).status is not None:
-            released = workers.sweep(self.api_client, name, live, now, not_live,
-                                     clock=self.clock)
-            for item in released:
-                log.info("sweep released %s on %s", item, name)
-        elif workers.retire_legacy(self.api_client, cached):
-            log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
-                     " counters go to the ledger", name)
-        return released
-
-
-class EventRecorder:
-    """Posts the decisions' Events on their ProofJob as ``kuzk-operator`` (source and
-    reporting component; the reporting instance is the operator's pod), the way a Kubernetes
-    controller's recorder does, not as Kopf's generic poster would (``kopf``, instance
-    ``dev``). Posting is fire-and-forget on threads of its own: an Event that cannot be
-    posted is logged, never retried, and never holds up a sync."""
-
-    def __init__(self, api_client: client.ApiClient, instance: str,
-                 clock: Clock = SYSTEM) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.instance = instance
-        self.clock = clock
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kuzk-events")
-
-    def __call__(self, job: Body, event: Event) -> None:
-        self._pool.submit(self.post, job, event)
-
-    def post(self, job: Body, event: Event) -> None:
-        md = job.get("metadata") or {}
-        stamp = api.format_time(self.clock.now())
-        body: Body = {
-            "metadata": {"generateName": f"{md.get('name')}.", "namespace": md.get("namespace")},
-            "involvedObject": {
-                "apiVersion": api.API_VERSION, "kind": api.PROOFJOB_KIND,
-                "name": md.get("name"), "namespace": md.get("namespace"), "uid": md.get("uid"),
-            },
-            "type": event.type,
-            "reason": event.reason,
-            "message": event.message[:EVENT_MESSAGE_MAX],
-            "source": {"component": EVENT_COMPONENT},
-            "reportingComponent": EVENT_COMPONENT,
-            "reportingInstance": self.instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(str(md.get("namespace")), body)  # type: ignore[arg-type]
-        except (ApiException, HTTPError, OSError) as error:
-            log.warning("could not post the Event %s on ProofJob %s: %s", event.reason,
-                        _name(job), getattr(error, "reason", None) or error)
-
-
-def release_finalizers(api_client: client.ApiClient, namespaces: Sequence[str]) -> int:
-    """``kuzk release-finalizers`` (the uninstall hook): release the worker of every partition
-    pod that a ProofJob of ``namespaces`` (empty: all) controls and drop its finalizer, so no
-    pod is left undeletable once the operator is gone. Another pod that carries the label and
-    the finalizer (some other tool's, or a copy) is left alone. Returns how many it released."""
-    ctl = Controller(api_client, PodSettings(image=""), lambda job, event: None)
-    selector = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
-    core = client.CoreV1Api(api_client)
-    custom = client.CustomObjectsApi(api_client)
-    scopes: list[str | None] = list(namespaces) or [None]
-    jobs: set[str] = set()
-    for ns in scopes:
-        listed = cast(Body, (
-            custom.list_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL)
-            if ns else
-            custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PROOFJOB_PLURAL)
-        ))
-        jobs |= {job["metadata"]["uid"] for job in listed["items"]}
-    done = 0
-    for ns in scopes:
-        listing = (core.list_namespaced_pod(ns, label_selector=selector) if ns
-                   else core.list_pod_for_all_namespaces(label_selector=selector))
-        for item in listing.items:
-            pod: Body = api_client.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
-            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-            if (controller_of(pod) or {}).get("uid") not in jobs:
-                continue
-            if api.FINALIZER in (meta.get("finalizers") or []):
-                action = ReleaseWorker(meta["name"], meta["uid"], spec.get("nodeName"))
-                ctl.release(meta["namespace"], action, pod)
-                done += 1
-    return done
-
 
 def pods_of(pods: Iterable[Body], uid: str) -> list[Body]:
     """The pods controlled by the job with this UID."""
@@ -558,16 +321,6 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [without_nulls(v) for v in value]
     return value
-
-
-def refusal(status: int, message: str) -> Refusal | None:
-    """The Refusal an error answer to a pod create is (400 and 422 invalid, 403 forbidden: Pod
-    Security admission, a ResourceQuota, RBAC), or None for an outage to retry at once. A
-    restarting API server answers 403 "not yet ready to handle request" until its admission
-    plugins have synced: that is an outage."""
-    if status in (400, 403, 422) and NOT_READY not in message:
-        return Refusal(status, message)
-    return None
 
 
 def api_message(error: ApiException) -> str:

@@ -28,7 +28,8 @@ from kuzk.contract.clock import SYSTEM
 from kuzk.contract.kubeconfig import load_config
 from kuzk.contract.listwatch import KubeClient
 from kuzk.operator.caches import Caches, Index, pod_keys, slim
-from kuzk.operator.controller import POD_CALLS_IN_FLIGHT, Controller, EventRecorder
+from kuzk.operator.controller import POD_CALLS_IN_FLIGHT, Controller
+from kuzk.operator.events import EventRecorder
 from kuzk.operator.ledger_store import FoldQueue, LedgerStore
 from kuzk.operator.metrics import OperatorMetrics
 from kuzk.operator.peering import Peering, PeerWatch

@@ -4,15 +4,16 @@ The status entry is the only memory: ``attempt`` is a watermark (pods of older a
 already accounted for and are ignored), ``retries`` counts failures against
 backoffLimitPerPartition and ``disruptions`` counts the retries that don't count. Pods at or
 above the watermark are folded in attempt order, so a status write lost after a pod was
-created (an operator killed between the two) is recovered from the pods themselves.
+created (an operator killed between the two) is recovered from the pods themselves. What
+follows an attempt that ended without a result is the policies' to say
+(``kuzk.operator.policies.retries`` and ``refused``); ``Partition.follow`` applies it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from kuzk.contract.api import (
     COMMITTING,
@@ -22,24 +23,20 @@ from kuzk.contract.api import (
     PENDING,
     STATES,
     TERMINAL_STATES,
-    parse_time,
 )
-from kuzk.operator.actions import Event
+from kuzk.operator.actions import Event, partition_event
 from kuzk.operator.observe import Claim, Outcome, observe
+from kuzk.operator.policies.refused import POD_REFUSED, Backoff, after_invalid_input
+from kuzk.operator.policies.retries import (
+    GiveUp,
+    Retry,
+    after_disruption,
+    after_failure,
+    after_lost_record,
+)
 
-# Why a partition's attempt ended early (``reason`` in its status entry).
-RETRIED_FAILURE = "Failed"
-RETRIED_DISRUPTION = "Disrupted"
-RETRIED_SUSPEND = "Suspended"
-RETRIED_LOST = "AttemptRecordLost"
-FAILED_INVALID_INPUT = "InvalidInput"
-FAILED_BACKOFF = "BackoffLimitExceeded"
+# A partition the job's failure ends (``reason`` in its status entry).
 FAILED_JOB = "JobFailed"
-FAILED_POD_INVALID = "PodInvalid"
-# The API server refused the attempt's pod for now (403: a quota, Pod Security admission):
-# the partition stays pending and its pod is asked for again after a backoff.
-POD_REFUSED = "PodRefused"
-REFUSAL_BACKOFF_S = (5.0, 300.0)  # the first wait, doubling per refusal up to the last
 
 # Attempt-scoped fields: a new attempt starts without them.
 _ATTEMPT_FIELDS = (
@@ -125,31 +122,19 @@ class Partition:
         self.state, self.reason, self.message = FAILED, reason, message
         self.finished_at = self.finished_at or now
 
-    def refused(self, code: int, message: str, now: str) -> Event:
-        """The API server refused this attempt's pod: for good (400, 422: the same manifest
-        is refused again), the partition fails; otherwise it stays pending and the pod is
-        asked for again after ``retry_after``."""
-        text = f"the API server refused its pod ({code}): {message}"
-        if code in (400, 422):
-            self.fail(FAILED_POD_INVALID, text, now)
-            return _event("Warning", "PartitionFailed", self, f"failed, not retried: {text}")
-        self.refusals = (self.refusals or 0) + 1
-        self.refused_at, self.reason, self.message, self.pod = now, POD_REFUSED, text, None
-        wait = refusal_backoff(self.refusals)
-        return _event("Warning", "FailedCreate", self, f"{text}; asking again in {wait:.0f}s")
-
-    def retry_after(self, now: datetime) -> float:
-        """Seconds until a refused pod may be asked for again (0: now, or never refused)."""
-        if self.reason != POD_REFUSED or not self.refused_at or not self.refusals:
-            return 0.0
-        due = parse_time(self.refused_at) + timedelta(seconds=refusal_backoff(self.refusals))
-        return max((due - now).total_seconds(), 0.0)
-
-
-def refusal_backoff(refusals: int) -> float:
-    """The wait after the ``refusals``-th refusal of one attempt's pod."""
-    first, most = REFUSAL_BACKOFF_S
-    return float(min(first * 2 ** (refusals - 1), most))
+    def follow(self, verdict: Retry | GiveUp | Backoff, now: str) -> list[Event]:
+        """Apply a policy's verdict (``kuzk.operator.policies``) at ``now``: a fresh attempt,
+        the partition's failure, or the backoff of its refused pod. Returns its Event, if
+        any."""
+        if isinstance(verdict, Retry):
+            self.next_attempt(verdict.attempt, counted=verdict.counted, reason=verdict.reason,
+                              message=verdict.message)
+        elif isinstance(verdict, GiveUp):
+            self.fail(verdict.reason, verdict.message, now)
+        else:
+            self.refusals, self.refused_at = verdict.refusals, now
+            self.reason, self.message, self.pod = POD_REFUSED, verdict.message, None
+        return [verdict.event] if verdict.event is not None else []
 
 
 def advance(
@@ -165,9 +150,7 @@ def advance(
         if part.terminal:
             break
         if attempt > part.attempt:
-            text = f"attempt {attempt} exists but attempt {part.attempt} left no record"
-            events.append(_event("Normal", "PartitionRetried", part, f"{text}; resuming"))
-            part.next_attempt(attempt, counted=False, reason=RETRIED_LOST, message=text)
+            events += part.follow(after_lost_record(part.index, part.attempt, attempt), now)
         pod = pods[attempt]
         part.pod = (pod.get("metadata") or {}).get("name")
         if part.reason == POD_REFUSED:  # asked again and created: the refusal is over
@@ -192,32 +175,15 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
         part.state, part.commitment = DONE, outcome.commitment
         part.synth_ms, part.gpu_ms = outcome.synth_ms, outcome.gpu_ms
         part.finished_at = outcome.finished_at or now
-        return [_event("Normal", "PartitionDone", part, f"done on node {part.node}")]
+        text = f"done on node {part.node}"
+        return [partition_event("Normal", "PartitionDone", part.index, part.attempt, text)]
     message = outcome.message or outcome.kind
     part.finished_at = outcome.finished_at or now
+    verdict: Retry | GiveUp
     if outcome.kind == "invalid":
-        part.fail(FAILED_INVALID_INPUT, message, now)
-        text = f"failed with exit code 2 (invalid input), not retried: {message}"
-        return [_event("Warning", "PartitionFailed", part, text)]
-    if outcome.kind == "disrupted":
-        text = f"{message}; retrying as attempt {part.attempt + 1}, not counted as a failure"
-        event = _event("Normal", "PartitionRetried", part, text)
-        part.next_attempt(
-            part.attempt + 1, counted=False, reason=RETRIED_DISRUPTION, message=message
-        )
-        return [event]
-    if part.retries < backoff_limit:
-        text = (
-            f"failed: {message}; retrying as attempt {part.attempt + 1}"
-            f" (retry {part.retries + 1} of {backoff_limit})"
-        )
-        event = _event("Warning", "PartitionRetried", part, text)
-        part.next_attempt(part.attempt + 1, counted=True, reason=RETRIED_FAILURE, message=message)
-        return [event]
-    part.fail(FAILED_BACKOFF, message, now)
-    text = f"failed after {part.retries} retries (backoffLimitPerPartition): {message}"
-    return [_event("Warning", "PartitionFailed", part, text)]
-
-
-def _event(kind: Literal["Normal", "Warning"], reason: str, part: Partition, text: str) -> Event:
-    return Event(kind, reason, f"partition {part.index} attempt {part.attempt} {text}")
+        verdict = after_invalid_input(part.index, part.attempt, message)
+    elif outcome.kind == "disrupted":
+        verdict = after_disruption(part.index, part.attempt, message)
+    else:
+        verdict = after_failure(part.index, part.attempt, part.retries, backoff_limit, message)
+    return part.follow(verdict, now)

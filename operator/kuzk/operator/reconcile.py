@@ -10,7 +10,7 @@ its actions were applied decides nothing new.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from kuzk.contract import api
@@ -35,17 +35,12 @@ from kuzk.operator.observe import (
     release_action,
     worker_claims,
 )
-from kuzk.operator.partitions import (
-    FAILED_JOB,
-    POD_REFUSED,
-    RETRIED_DISRUPTION,
-    RETRIED_SUSPEND,
-    Partition,
-    advance,
-)
+from kuzk.operator.partitions import FAILED_JOB, Partition, advance
 from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.policies import deadline, suspend, ttl
+from kuzk.operator.policies.refused import POD_REFUSED, after_refusal, pods_refused, retry_after
+from kuzk.operator.policies.retries import VANISHED, after_disruption
 
-DEADLINE_EXCEEDED = "DeadlineExceeded"
 Pod = Mapping[str, Any]
 Failure = tuple[str, str]
 
@@ -82,22 +77,28 @@ def reconcile(
             # A refusal while the last one's backoff runs answers a create made from a stale
             # view of the job (another replica's, a lagging cache's): it is not counted again.
             if (not part.terminal and part.attempt not in by_part.get(index, {})
-                    and not part.retry_after(now)):
-                events.append(part.refused(refusal.code, refusal.message, stamp))
+                    and not retry_after(part.reason, part.refusals, part.refused_at, now)):
+                verdict = after_refusal(part.index, part.attempt, part.refusals or 0, refusal)
+                events += part.follow(verdict, stamp)
     rejected = None if finished else settings.rejections(job)
     phase, failure, start_time = _judge(prev, parts, spec, now, stamp, rejected)
     _stop_partitions(parts, by_part, phase, failure, stamp)
-    deleting = bool((job.get("metadata") or {}).get("deletionTimestamp"))
-    wanted = phase in (PHASE_PENDING, PHASE_RUNNING) and not deleting
+    wanted = phase in (PHASE_PENDING, PHASE_RUNNING) and not is_deleting(job)
     creates, refusal_waits = _creates(parts, by_part, spec, settings, now) if wanted else ([], [])
     active = sum(1 for part in parts if wanted and not part.terminal)
     status = _status(spec, prev, parts, phase, failure, start_time, active, stamp)
     events += _job_events(prev_phase, phase, failure, status)
     actions: list[Action] = [*creates, *_pod_cleanup(by_part, strays, parts, wanted, phase, now)]
     actions += events
-    requeue, ttl_expired = _timers(spec, status, [*strays, *_all(by_part)], now, refusal_waits)
-    if ttl_expired:
-        actions.append(DeleteJob(f"ttlSecondsAfterFinished={spec.ttl_seconds_after_finished}"))
+    waits = [*refusal_waits, *_grace_waits([*strays, *_all(by_part)], now)]
+    if (left := deadline.seconds_left(spec, phase, status["startTime"], now)) is not None:
+        waits.append(left)
+    expiry = ttl.decide(spec, status, now)
+    if isinstance(expiry, DeleteJob):
+        actions.append(expiry)
+    elif expiry is not None:
+        waits.append(expiry)
+    requeue = min(waits) if waits else None
     return Decision(status=status, actions=actions, requeue_after=requeue)
 
 
@@ -145,18 +146,7 @@ def _advance_all(
         events += advance(part, attempts, claims, spec.backoff_limit_per_partition, stamp)
         if part.state in STARTED_STATES and part.attempt not in attempts:
             # Seen running before, gone now without an outcome: its end was never observed.
-            text = "disrupted: the pod disappeared"
-            events.append(
-                Event(
-                    "Normal",
-                    "PartitionRetried",
-                    f"partition {part.index} attempt {part.attempt} {text}; retrying as"
-                    f" attempt {part.attempt + 1}, not counted as a failure",
-                )
-            )
-            part.next_attempt(
-                part.attempt + 1, counted=False, reason=RETRIED_DISRUPTION, message=text
-            )
+            events += part.follow(after_disruption(part.index, part.attempt, VANISHED), stamp)
     return events
 
 
@@ -174,10 +164,10 @@ def _stop_partitions(
         if failure is not None:
             part.fail(FAILED_JOB, f"JobFailed: {failure[0]}", stamp)
             continue
-        pod = by_part.get(part.index, {}).get(part.attempt)
-        if phase == PHASE_SUSPENDED and pod is not None and not is_finished(pod):
-            text = "interrupted by spec.suspend"
-            part.next_attempt(part.attempt + 1, counted=False, reason=RETRIED_SUSPEND, message=text)
+        if phase == PHASE_SUSPENDED:
+            pod = by_part.get(part.index, {}).get(part.attempt)
+            if (interrupted := suspend.interrupted(part.attempt, pod)) is not None:
+                part.follow(interrupted, stamp)
 
 
 def _creates(
@@ -193,7 +183,7 @@ def _creates(
     waits: list[float] = []
     for part in parts:
         if not part.terminal and part.attempt not in by_part.get(part.index, {}):
-            if wait := part.retry_after(now):
+            if wait := retry_after(part.reason, part.refusals, part.refused_at, now):
                 waits.append(wait)
                 continue
             manifest = pod_manifest(spec, part.index, part.attempt, settings)
@@ -212,9 +202,10 @@ def _judge(
 ) -> tuple[str, Failure | None, str | None]:
     """The job's phase, why it fails now (reason, message) if it does, and its startTime.
 
-    The deadline clock starts with the job, is cleared by suspend and restarts on resume,
-    as for a batch/v1 Job. A job that chose what the operator does not allow (``rejected``)
-    fails at once.
+    The rules in their order: a finished job stays so; a job that chose what the operator
+    does not allow (``rejected``) fails at once; then a failed partition fails it, all done
+    is success, spec.suspend suspends it (clearing its startTime: ``policies.suspend``), and
+    its deadline (``policies.deadline``) fails it.
     """
     prev_phase = prev.get("phase")
     start_time: str | None = prev.get("startTime")
@@ -231,10 +222,8 @@ def _judge(
     if spec.suspend:
         return PHASE_SUSPENDED, None, None
     start_time = start_time or stamp
-    deadline = spec.active_deadline_seconds
-    if deadline is not None and now >= api.parse_time(start_time) + timedelta(seconds=deadline):
-        message = f"the job ran longer than activeDeadlineSeconds={deadline}"
-        return PHASE_FAILED, (DEADLINE_EXCEEDED, message), start_time
+    if (overdue := deadline.exceeded(spec, start_time, now)) is not None:
+        return PHASE_FAILED, overdue, start_time
     progressed = any(part.state in (*STARTED_STATES, DONE) for part in parts)
     return (PHASE_RUNNING if progressed else PHASE_PENDING), None, start_time
 
@@ -291,7 +280,8 @@ def _status(
     else:
         job_conditions = conditions(
             prev.get("conditions") or [], phase, failure, progress, spec.generation, stamp,
-            _refused(parts),
+            pods_refused([(part.index, part.message) for part in parts
+                          if not part.terminal and part.reason == POD_REFUSED]),
         )
     proof = None
     if phase == PHASE_SUCCEEDED:
@@ -323,16 +313,6 @@ def _status(
     }
 
 
-def _refused(parts: list[Partition]) -> str | None:
-    """The PodsRefused condition's message: which pending partitions' pods are refused."""
-    refused = [part for part in parts if not part.terminal and part.reason == POD_REFUSED]
-    if not refused:
-        return None
-    first = refused[0]
-    more = f" (and {len(refused) - 1} more partitions)" if len(refused) > 1 else ""
-    return f"partition {first.index}{more}: {first.message}"
-
-
 def _job_events(
     prev_phase: str | None, phase: str, failure: Failure | None, status: Mapping[str, Any]
 ) -> list[Event]:
@@ -345,35 +325,16 @@ def _job_events(
     if phase == PHASE_FAILED:
         reason, message = failure or ("JobFailed", "the job failed")
         return [Event("Warning", "JobFailed", f"{reason}: {message}")]
-    if phase == PHASE_SUSPENDED:
-        return [Event("Normal", "Suspended", "spec.suspend is true; partition pods are deleted")]
-    if prev_phase == PHASE_SUSPENDED:
-        return [Event("Normal", "Resumed", "spec.suspend is false; unfinished partitions resume")]
-    return []
+    return suspend.events(prev_phase, phase)
 
 
-def _timers(
-    spec: api.JobSpec, status: Mapping[str, Any], pods: list[Pod], now: datetime,
-    refusal_waits: list[float],
-) -> tuple[float | None, bool]:
-    """Seconds until the job needs another look, and whether its TTL has run out."""
-    waits = list(refusal_waits)
-    expired = False
-    phase, start = status["phase"], status["startTime"]
-    if phase in (PHASE_PENDING, PHASE_RUNNING) and spec.active_deadline_seconds and start:
-        deadline = api.parse_time(start) + timedelta(seconds=spec.active_deadline_seconds)
-        waits.append((deadline - now).total_seconds())
-    if phase in FINISHED_PHASES and spec.ttl_seconds_after_finished is not None:
-        expiry = api.parse_time(status["completionTime"]) + timedelta(
-            seconds=spec.ttl_seconds_after_finished
-        )
-        left = (expiry - now).total_seconds()
-        expired = left <= 0
-        if not expired:
-            waits.append(left)
+def _grace_waits(pods: list[Pod], now: datetime) -> list[float]:
+    """Seconds until each deleting pod whose finalizer waits for its container to stop is
+    released anyway: the end of its grace period."""
+    waits = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         waiting = api.FINALIZER in (meta.get("finalizers") or []) and is_deleting(pod)
         if waiting and release_action(pod, now) is None:
             waits.append((api.parse_time(meta["deletionTimestamp"]) - now).total_seconds())
-    return (min(waits) if waits else None), expired
+    return waits

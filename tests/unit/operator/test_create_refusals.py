@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kuzk.operator.actions import Refusal
-from kuzk.operator.controller import refusal
+from kuzk.operator.policies.refused import refusal
 
 
 @pytest.mark.parametrize("status", [400, 403, 422])

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from kuzk.operator.actions import CreatePod, Decision, Refusal
-from kuzk.operator.partitions import refusal_backoff
+from kuzk.operator.policies.refused import refusal_backoff
 from kuzk.operator.reconcile import reconcile
 from tests.unit.operator.objects import SETTINGS, Cluster, Make
 
