@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk.contract import api
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 
 CONTAINER_NAME = "prover"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -60,7 +61,7 @@ class PodSettings:
 
     image: str
     command: Sequence[str] = ("kuzk-prover",)
-    gpu_resource: str = "nvidia.com/gpu"
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
     service_account_name: str = "kuzk-prover"
     # A node directory that keeps CuPy's compiled kernels for every prover pod of the node;
     # None keeps them in an emptyDir, for the pod's life only. Set by the administrator only:
