@@ -24,6 +24,7 @@ from kuzk.contract.api import (
     TERMINAL_STATES,
     parse_time,
 )
+from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE
 from kuzk.operator.actions import Event
 from kuzk.operator.observe import Claim, Outcome, observe
 
@@ -197,7 +198,8 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
     part.finished_at = outcome.finished_at or now
     if outcome.kind == "invalid":
         part.fail(FAILED_INVALID_INPUT, message, now)
-        text = f"failed with exit code 2 (invalid input), not retried: {message}"
+        text = (f"failed with exit code {INVALID_INPUT_EXIT_CODE} (invalid input), not retried:"
+                f" {message}")
         return [_event("Warning", "PartitionFailed", part, text)]
     if outcome.kind == "disrupted":
         text = f"{message}; retrying as attempt {part.attempt + 1}, not counted as a failure"
