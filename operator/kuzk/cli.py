@@ -22,6 +22,7 @@ from typing import NoReturn
 from kubernetes import client, config
 
 from kuzk.contract import api, crds, logs
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.kubeconfig import load_config
 from kuzk.operator import uninstall
 from kuzk.operator.peering import Peering, PeeringError, ensure_peering
@@ -100,8 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--gpu-resource",
-        default="nvidia.com/gpu",
-        help="extended resource name of one GPU (default nvidia.com/gpu)",
+        default=DEFAULT_GPU_RESOURCE,
+        help=f"extended resource name of one GPU (default {DEFAULT_GPU_RESOURCE})",
     )
     op.add_argument(
         "--prover-service-account",
@@ -195,8 +196,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument(
         "--gpu-resource",
-        default="nvidia.com/gpu",
-        help="extended resource name of one GPU, as the operator's (default nvidia.com/gpu)",
+        default=DEFAULT_GPU_RESOURCE,
+        help=f"extended resource name of one GPU, as the operator's (default"
+             f" {DEFAULT_GPU_RESOURCE})",
     )
     st.add_argument(
         "--ledger", type=_ledger, default=None, metavar="NAMESPACE/NAME",

@@ -9,7 +9,8 @@ it: its pod turns not ready first (the screen shows its GPU idle as "lane not li
 its liveness probe has the kubelet kill it, the pod fails, and the operator's finalizer
 release frees the GPU phase it held. The file is in the container's temporary directory
 (``TMPDIR``, else ``/tmp``: the partition pod mounts an emptyDir there, its root filesystem
-being read-only). This module imports only the standard library: a probe starts quickly.
+being read-only). This module imports only the standard library and ``kuzk.contract.pod``
+(which imports only the standard library): a probe starts quickly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from kuzk.contract.pod import FAILED_EXIT_CODE, INVALID_INPUT_EXIT_CODE, OK_EXIT_CODE
 
 PULSE_S = 2.0
 FILE_NAME = "kuzk-prover-alive"
@@ -82,8 +85,9 @@ def age(path: Path, now: float | None = None) -> float | None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kuzk-alive",
-        description="Exit 0 if the prover's pulse is fresh, 1 if it is older than --within"
-                    " seconds or missing (a readiness or liveness probe of a partition pod).")
+        description=f"Exit {OK_EXIT_CODE} if the prover's pulse is fresh, {FAILED_EXIT_CODE} if"
+                    " it is older than --within seconds or missing (a readiness or liveness"
+                    " probe of a partition pod).")
     parser.add_argument("--within", type=float, required=True, metavar="SECONDS",
                         help="how old the pulse may be")
     parser.add_argument("--file", type=Path, default=None,
@@ -96,17 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.within <= 0:
         print(f"kuzk-alive: --within must be more than 0 seconds, not {args.within:g}")
-        return 2
+        return INVALID_INPUT_EXIT_CODE
     path = args.file or alive_file()
     seconds = age(path)
     if seconds is None:
         print(f"kuzk-alive: no pulse at {path}: the prover has not started or is gone")
-        return 1
+        return FAILED_EXIT_CODE
     if seconds > args.within:
         print(f"kuzk-alive: the prover's pulse is {seconds:.1f} s old (limit {args.within:g}"
               " s): it is stuck")
-        return 1
-    return 0
+        return FAILED_EXIT_CODE
+    return OK_EXIT_CODE
 
 
 if __name__ == "__main__":

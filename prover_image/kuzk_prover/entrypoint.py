@@ -1,4 +1,4 @@
-"""``kuzk-prover``: the partition pod's command, keeping the pod contract (``kuzk.operator.pods``).
+"""``kuzk-prover``: the partition pod's command, keeping the pod contract (``kuzk.contract.pod``).
 
 Exit codes are the contract the operator acts on:
   0    proven; the result JSON is in the termination message;
@@ -30,6 +30,13 @@ from types import FrameType
 
 from kuzk.contract import logs
 from kuzk.contract.api import version
+from kuzk.contract.pod import (
+    FAILED_EXIT_CODE,
+    INVALID_INPUT_EXIT_CODE,
+    LOG_FORMAT_ENV,
+    OK_EXIT_CODE,
+    TERMINATED_EXIT_CODE,
+)
 from kuzk.contract.workers import Gpu
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.alive import Pulse
@@ -42,7 +49,6 @@ from kuzk_prover.termination import brief, message_path, one_line, write_message
 
 log = logging.getLogger("kuzk_prover")
 
-EXIT_OK, EXIT_RETRY, EXIT_INVALID, EXIT_TERMINATED = 0, 1, 2, 143
 # How long each WorkerStatus write keeps trying through an API outage.
 STATUS_OUTAGE_S = OUTAGE_BUDGET_S
 
@@ -105,9 +111,9 @@ def _run(
     try:
         backend = select_backend(env)
     except BackendChoiceError as exc:
-        return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
+        return _fail(path, INVALID_INPUT_EXIT_CODE, f"invalid input: {exc}")
     except BackendUnavailable as exc:
-        return _fail(path, EXIT_RETRY, f"no backend: {exc}")
+        return _fail(path, FAILED_EXIT_CODE, f"no backend: {exc}")
     reporter = None
     if path is not None and pod is not None:
         reporter = for_partition_pod(pod, env, STATUS_OUTAGE_S)
@@ -121,12 +127,12 @@ def _run(
     reporter.join_or_go_on(device)
     # The prover leaves its own lane, SIGTERM included; after a SIGKILL the operator's
     # finalizer release removes it (and the GPU phase, if it held it).
-    code = EXIT_RETRY
+    code = FAILED_EXIT_CODE
     try:
         code = _prove_and_report(proof, backend, path, attempt, context, reporter)
     finally:
         try:
-            reporter.release("succeeded" if code == EXIT_OK else "failed")
+            reporter.release("succeeded" if code == OK_EXIT_CODE else "failed")
         except Exception:
             # The result is written by now; a bug in the status write must not undo it.
             log.exception("releasing the GPU worker failed; the operator's finalizer will")
@@ -144,12 +150,12 @@ def _prove_and_report(
     try:
         result = _prove(proof, backend, context, reporter)
     except SelfCheckFailed as exc:
-        return _fail(path, EXIT_RETRY, f"self-check failed, result withheld: {exc}")
+        return _fail(path, FAILED_EXIT_CODE, f"self-check failed, result withheld: {exc}")
     except MemoryError:
-        return _fail(path, EXIT_RETRY, "out of memory")
+        return _fail(path, FAILED_EXIT_CODE, "out of memory")
     except Exception as exc:
         log.exception("proving failed")
-        return _fail(path, EXIT_RETRY, f"proving failed: {brief(exc)}")
+        return _fail(path, FAILED_EXIT_CODE, f"proving failed: {brief(exc)}")
     return _report(result, path, attempt)
 
 
@@ -159,23 +165,23 @@ def _report(result: Result, path: Path | None, attempt: int) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     if path is None:
         print(text)
-        return EXIT_OK
+        return OK_EXIT_CODE
     try:
         write_message(path, text)
     except OSError as exc:
         log.error("could not write the result to %s: %s", path, exc)
-        return EXIT_RETRY
+        return FAILED_EXIT_CODE
     log.info("result commitment=%s written to %s", result.commitment, path)
-    return EXIT_OK
+    return OK_EXIT_CODE
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the prover; returns the process exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    log_format = args.log_format or os.environ.get("KUZK_LOG_FORMAT") or "text"
+    log_format = args.log_format or os.environ.get(LOG_FORMAT_ENV) or "text"
     if log_format not in logs.FORMATS:
-        parser.error(f"KUZK_LOG_FORMAT={log_format!r}: expected one of {', '.join(logs.FORMATS)}")
+        parser.error(f"{LOG_FORMAT_ENV}={log_format!r}: expected one of {', '.join(logs.FORMATS)}")
     logs.configure(log_format)
     env = dict(os.environ)
     if args.backend:
@@ -187,15 +193,16 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 proof = inputs_module.from_arguments(args)
             except InputError as exc:
-                return _fail(None, EXIT_INVALID, f"invalid input: {exc}")
+                return _fail(None, INVALID_INPUT_EXIT_CODE, f"invalid input: {exc}")
             logs.set_context(partition=proof.partition)
             return _run(proof, env, None, None)
         if any(getattr(args, name) is not None for name in ("proof_kind", "partition", "miner")):
-            return _fail(path, EXIT_INVALID, "invalid input: partition flags need --local")
+            return _fail(path, INVALID_INPUT_EXIT_CODE,
+                         "invalid input: partition flags need --local")
         try:
             pod = inputs_module.from_env(env)
         except InputError as exc:
-            return _fail(path, EXIT_INVALID, f"invalid input: {exc}")
+            return _fail(path, INVALID_INPUT_EXIT_CODE, f"invalid input: {exc}")
         who = pod.identity
         logs.set_context(job=f"{who.namespace}/{who.job}", partition=who.partition,
                          pod=who.pod_name or None)
@@ -204,11 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             return _run(pod.proof, env, path, who)
     except Terminated:
         log.warning("SIGTERM: stopped before finishing; no result written")
-        return EXIT_TERMINATED
+        return TERMINATED_EXIT_CODE
     except Exception as exc:
         # The traceback is for the log; the partition's message gets one line.
         log.exception("kuzk-prover failed")
-        return _fail(path, EXIT_RETRY, f"unexpected error: {brief(exc)}")
+        return _fail(path, FAILED_EXIT_CODE, f"unexpected error: {brief(exc)}")
 
 
 if __name__ == "__main__":

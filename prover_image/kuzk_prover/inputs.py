@@ -1,8 +1,9 @@
 """What one partition proves, read from the pod's env or from flags, and validated in one place.
 
 Every bad value is an InputError whose message names the variable and the value, because the
-entrypoint turns it into exit code 2 and a one-line termination message: the operator fails the
-partition at once (no retry can fix its input) and shows that line to the user.
+entrypoint turns it into exit code ``kuzk.contract.pod.INVALID_INPUT_EXIT_CODE`` and a one-line
+termination message: the operator fails the partition at once (no retry can fix its input) and
+shows that line to the user.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk.contract import api
+from kuzk.contract import api, pod
 
 # One table of proof kinds for operator and prover: kuzk.contract.api.
 PROOF_KINDS = tuple(api.PROOF_KINDS)
@@ -22,7 +23,7 @@ KIND_DEFAULTS = {k: (d.partitions, d.circuit_log2) for k, d in api.PROOF_KINDS.i
 """(partitions, circuitLog2) of each proof kind."""
 MIN_LOG2, MAX_LOG2 = api.CIRCUIT_LOG2_MIN, api.CIRCUIT_LOG2_MAX
 MAX_PARTITIONS = api.PARTITIONS_MAX
-_RANDOMNESS = re.compile(r"0x[0-9a-fA-F]{64}")
+_RANDOMNESS = re.compile(pod.RANDOMNESS_PATTERN)
 _INPUT_KEYS = {"sector", "randomness", "circuitLog2", "partitions"}
 
 
@@ -55,7 +56,7 @@ class ProofInput:
 
 # The pod's own identity, set by the downward API (kuzk.operator.pods): absent when the prover runs
 # outside a partition pod, where it proves without reporting its GPU worker's status.
-POD_ENV = ("NODE_NAME", "POD_NAME", "POD_UID", "POD_NAMESPACE")
+POD_ENV = (pod.NODE_NAME_ENV, pod.POD_NAME_ENV, pod.POD_UID_ENV, pod.POD_NAMESPACE_ENV)
 
 
 @dataclass(frozen=True)
@@ -165,15 +166,15 @@ def identity_from_env(env: Mapping[str, str]) -> PodIdentity:
     """The one reading of who the pod is: KUZK_JOB, KUZK_JOB_UID, KUZK_PROOF_KIND,
     KUZK_PARTITION and KUZK_ATTEMPT (required), POD_ENV and NVIDIA_VISIBLE_DEVICES."""
     return PodIdentity(
-        job=_required(env, "KUZK_JOB"),
-        job_uid=_required(env, "KUZK_JOB_UID"),
-        proof_kind=_required(env, "KUZK_PROOF_KIND"),
-        partition=_integer("KUZK_PARTITION", _required(env, "KUZK_PARTITION"), 0),
-        attempt=_integer("KUZK_ATTEMPT", _required(env, "KUZK_ATTEMPT"), 0),
-        namespace=_optional(env, "POD_NAMESPACE"),
-        pod_name=_optional(env, "POD_NAME"),
-        pod_uid=_optional(env, "POD_UID"),
-        node=_optional(env, "NODE_NAME"),
+        job=_required(env, pod.JOB_ENV),
+        job_uid=_required(env, pod.JOB_UID_ENV),
+        proof_kind=_required(env, pod.PROOF_KIND_ENV),
+        partition=_integer(pod.PARTITION_ENV, _required(env, pod.PARTITION_ENV), 0),
+        attempt=_integer(pod.ATTEMPT_ENV, _required(env, pod.ATTEMPT_ENV), 0),
+        namespace=_optional(env, pod.POD_NAMESPACE_ENV),
+        pod_name=_optional(env, pod.POD_NAME_ENV),
+        pod_uid=_optional(env, pod.POD_UID_ENV),
+        node=_optional(env, pod.NODE_NAME_ENV),
         visible_devices=_optional(env, "NVIDIA_VISIBLE_DEVICES"),
     )
 
@@ -183,26 +184,26 @@ def from_env(env: Mapping[str, str]) -> PodInput:
     kind, its partition and KUZK_INPUT (JSON: sector, randomness, circuitLog2,
     partitions)."""
     identity = identity_from_env(env)
-    raw = _required(env, "KUZK_INPUT")
+    raw = _required(env, pod.INPUT_ENV)
     try:
         spec = json.loads(raw)
     except json.JSONDecodeError as exc:
-        msg = f"KUZK_INPUT is not JSON ({exc.msg} at position {exc.pos})"
+        msg = f"{pod.INPUT_ENV} is not JSON ({exc.msg} at position {exc.pos})"
         raise InputError(msg) from exc
     if not isinstance(spec, dict):
-        msg = f"KUZK_INPUT must be a JSON object, got {type(spec).__name__}"
+        msg = f"{pod.INPUT_ENV} must be a JSON object, got {type(spec).__name__}"
         raise InputError(msg)
     unknown = sorted(set(spec) - _INPUT_KEYS)
     if unknown:
-        msg = f"KUZK_INPUT has unknown keys {unknown}; expected {sorted(_INPUT_KEYS)}"
+        msg = f"{pod.INPUT_ENV} has unknown keys {unknown}; expected {sorted(_INPUT_KEYS)}"
         raise InputError(msg)
     for key in ("sector", "circuitLog2", "partitions"):
         if key not in spec:
-            msg = f"KUZK_INPUT.{key} is missing"
+            msg = f"{pod.INPUT_ENV}.{key} is missing"
             raise InputError(msg)
     sector = spec["sector"]
     if not isinstance(sector, dict) or set(sector) != {"miner", "number"}:
-        msg = f"KUZK_INPUT.sector={sector!r} must be an object with exactly miner and number"
+        msg = f"{pod.INPUT_ENV}.sector={sector!r} must be an object with exactly miner and number"
         raise InputError(msg)
     proof = make_input(
         proof_kind=identity.proof_kind,
@@ -213,13 +214,13 @@ def from_env(env: Mapping[str, str]) -> PodInput:
         partition=identity.partition,
         partitions=spec["partitions"],
         names={
-            "proof_kind": "KUZK_PROOF_KIND",
-            "miner": "KUZK_INPUT.sector.miner",
-            "sector": "KUZK_INPUT.sector.number",
-            "randomness": "KUZK_INPUT.randomness",
-            "circuit_log2": "KUZK_INPUT.circuitLog2",
-            "partition": "KUZK_PARTITION",
-            "partitions": "KUZK_INPUT.partitions",
+            "proof_kind": pod.PROOF_KIND_ENV,
+            "miner": f"{pod.INPUT_ENV}.sector.miner",
+            "sector": f"{pod.INPUT_ENV}.sector.number",
+            "randomness": f"{pod.INPUT_ENV}.randomness",
+            "circuit_log2": f"{pod.INPUT_ENV}.circuitLog2",
+            "partition": pod.PARTITION_ENV,
+            "partitions": f"{pod.INPUT_ENV}.partitions",
         },
     )
     return PodInput(identity=identity, proof=proof)

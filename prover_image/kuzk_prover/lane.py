@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from kuzk.contract.pod import FAILED_EXIT_CODE, OK_EXIT_CODE
 from kuzk_prover.lane_protocol import (
     ACQUIRE,
     RELEASE_GPU,
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _refuse(message: str) -> int:
     print(f"kuzk-lane: {message}", file=sys.stderr)
-    return 1
+    return FAILED_EXIT_CODE
 
 
 def _call(args: argparse.Namespace) -> Call:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return _refuse(str(error))
     except OSError as error:
         return _refuse(f"{args.call}: no lane agent at {name} ({error.strerror or error})")
-    return 0
+    return OK_EXIT_CODE
 
 
 if __name__ == "__main__":

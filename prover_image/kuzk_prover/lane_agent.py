@@ -7,7 +7,8 @@ retries through API outages and its wait on a watch for the GPU phase), serves t
 protocol of ``lane_protocol`` on ``KUZK_LANE_SOCKET``, and starts CMD with that variable set.
 When CMD exits it writes the termination message (the result CMD handed it, else one line on
 how CMD ended), leaves the lane (which frees the GPU phase if CMD still held it), and exits
-with the pod contract's code: 0 done, 2 invalid input, anything else a failure.
+with the pod contract's code (``kuzk.contract.pod``): 0 done, 2 invalid input, anything else a
+failure.
 
 Without ``--calls`` CMD is taken to make no calls: the agent holds the GPU phase for CMD's
 whole run, so the screen shows the GPU busy while it may use it.
@@ -29,7 +30,15 @@ from types import FrameType
 from typing import cast
 
 from kuzk.contract import logs
-from kuzk.contract.pod import parse_result
+from kuzk.contract.pod import (
+    FAILED_EXIT_CODE,
+    INVALID_INPUT_EXIT_CODE,
+    LOG_FORMAT_ENV,
+    NOT_STARTED_EXIT_CODE,
+    OK_EXIT_CODE,
+    TERMINATED_EXIT_CODE,
+    parse_result,
+)
 from kuzk.contract.workers import Acquired
 from kuzk_prover import inputs
 from kuzk_prover.alive import Pulse
@@ -52,7 +61,6 @@ from kuzk_prover.termination import MAX_BYTES, brief, message_path, one_line, wr
 
 log = logging.getLogger("kuzk_prover.lane")
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_NOT_STARTED, EXIT_TERMINATED = 0, 1, 2, 127, 143
 _WHOLE_RUN = (
     "this lane holds the GPU phase for the prover's whole run; a prover that makes lane calls"
     " runs under `kuzk-lane run --calls -- CMD`"
@@ -150,17 +158,19 @@ def contract_result(text: str) -> str:
 def settle(returncode: int, result: str | None, own_message: bool) -> tuple[int, str | None]:
     """The agent's exit code and the termination message it writes (None: it writes none),
     from how CMD ended, the result CMD handed over, and whether CMD wrote a message itself."""
-    if returncode == EXIT_OK:
+    if returncode == OK_EXIT_CODE:
         if result is not None:
-            return EXIT_OK, result
+            return OK_EXIT_CODE, result
         if own_message:
-            return EXIT_OK, None
-        return EXIT_FAILED, "the prover exited 0 without a result (kuzk-lane result FILE)"
+            return OK_EXIT_CODE, None
+        return FAILED_EXIT_CODE, (f"the prover exited {OK_EXIT_CODE} without a result"
+                                  " (kuzk-lane result FILE)")
     if returncode < 0:
         reason = f"the prover was killed by {signal.Signals(-returncode).name}"
-        return EXIT_FAILED, None if own_message else reason
-    if returncode == EXIT_INVALID:
-        return EXIT_INVALID, None if own_message else "invalid input: the prover exited 2"
+        return FAILED_EXIT_CODE, None if own_message else reason
+    if returncode == INVALID_INPUT_EXIT_CODE:
+        reason = f"invalid input: the prover exited {returncode}"
+        return INVALID_INPUT_EXIT_CODE, None if own_message else reason
     return returncode, None if own_message else f"the prover exited {returncode}"
 
 
@@ -199,7 +209,7 @@ def _has_message(path: Path) -> bool:
 def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None) -> int:
     """Run ``command`` as the pod's prover on its lane; the pod contract's exit code."""
     env = dict(os.environ if env is None else env)
-    log_format = env.get("KUZK_LOG_FORMAT") or "text"
+    log_format = env.get(LOG_FORMAT_ENV) or "text"
     logs.configure(log_format if log_format in logs.FORMATS else "text")
     path = message_path(env)
     try:
@@ -208,7 +218,7 @@ def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None
         line = one_line(f"invalid input: {exc}")
         log.error("%s", line)
         _write(path, line + "\n")
-        return EXIT_INVALID
+        return INVALID_INPUT_EXIT_CODE
     logs.set_context(job=f"{pod.namespace}/{pod.job}", partition=pod.partition,
                      pod=pod.pod_name or None)
     # The pod's probes read the agent's pulse: an agent that stops is killed, and its lane
@@ -233,7 +243,8 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
     try:
         child = subprocess.Popen(command, env={**env, SOCKET_ENV: name})
     except OSError as exc:
-        returncode, note = EXIT_NOT_STARTED, f"cannot start the prover {command[0]!r}: {brief(exc)}"
+        returncode = NOT_STARTED_EXIT_CODE
+        note = f"cannot start the prover {command[0]!r}: {brief(exc)}"
     else:
         if reporter is not None:
             # The lane's memory is the prover's, measured on the writes its calls make; its
@@ -250,16 +261,16 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
     server.shutdown()
     server.server_close()
     if terminated.is_set():
-        code, message = EXIT_TERMINATED, None
+        code, message = TERMINATED_EXIT_CODE, None
         log.warning("SIGTERM: the prover was stopped before finishing; no result written")
     elif note is not None:
         code, message = returncode, note
     else:
         code, message = settle(returncode, agent.result, _has_message(path))
     if message is not None:
-        log.log(logging.INFO if code == EXIT_OK else logging.ERROR, "%s",
-                "result written" if code == EXIT_OK else message)
+        log.log(logging.INFO if code == OK_EXIT_CODE else logging.ERROR, "%s",
+                "result written" if code == OK_EXIT_CODE else message)
         _write(path, message)
     if reporter is not None:
-        reporter.release("succeeded" if code == EXIT_OK else "failed")
+        reporter.release("succeeded" if code == OK_EXIT_CODE else "failed")
     return code

@@ -14,7 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
-DEFAULT_PATH = "/dev/termination-log"
+from kuzk.contract.pod import TERMINATION_MESSAGE_PATH
+
 MAX_BYTES = 4096
 
 
@@ -23,8 +24,9 @@ class MessageTooLarge(ValueError):
 
 
 def message_path(env: dict[str, str] | os._Environ[str]) -> Path:
-    """TERMINATION_MESSAGE_PATH, or the kubelet's default."""
-    return Path(env.get("TERMINATION_MESSAGE_PATH") or DEFAULT_PATH)
+    """The path the env's TERMINATION_MESSAGE_PATH names (a test kubelet's), else the pod's
+    (``kuzk.contract.pod.TERMINATION_MESSAGE_PATH``)."""
+    return Path(env.get("TERMINATION_MESSAGE_PATH") or TERMINATION_MESSAGE_PATH)
 
 
 def one_line(text: str, limit: int = 1024) -> str:

@@ -29,9 +29,10 @@ PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "ledger")] 
     OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
                                    "reconcile", "ranges")] + sorted(
     (OPERATOR / "policies").glob("*.py"))
-# The prover's modules that talk to the API server or read the pod's env; the rest (the
-# proving core) imports nothing of kuzk.
-PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs")
+# The prover's modules that talk to the API server or keep the pod contract (its env, exit
+# codes and termination message: kuzk.contract.pod); the rest (the proving core) imports
+# nothing of kuzk.
+PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs", "lane", "alive", "termination")
 # The WorkerStatus write protocol: the status server only reads.
 WRITES = ("kuzk.contract.workers",)
 

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
+from kuzk.contract.pod import RANDOMNESS_PATTERN
+
 GROUP = "kuzk.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -77,7 +79,6 @@ MANAGER = "kuzk"
 PARTITIONS_MIN, PARTITIONS_MAX = 1, 64
 CIRCUIT_LOG2_MIN, CIRCUIT_LOG2_MAX = 4, 27
 DEFAULT_BACKOFF_LIMIT_PER_PARTITION = 3
-RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
 
 # Kubernetes names: pods (and our label values) must stay valid DNS labels.
 DNS_LABEL_MAX = 63

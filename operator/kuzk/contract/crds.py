@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kuzk.contract import api
+from kuzk.contract import api, pod
 from kuzk.contract.api import PHASES, STATES
 from kuzk.contract.crd_schema import (
     arr,
@@ -109,7 +109,7 @@ def _proofjob_spec() -> dict[str, Any]:
                     maxLength=66,
                 ),
                 rule(
-                    f"self.matches('{api.RANDOMNESS_PATTERN}')",
+                    f"self.matches('{pod.RANDOMNESS_PATTERN}')",
                     "randomness must be 0x followed by 64 hex digits",
                 ),
             ),
@@ -122,8 +122,8 @@ def _proofjob_spec() -> dict[str, Any]:
             "backoffLimitPerPartition": integer(
                 "Failed attempts of one partition that are retried before the job fails"
                 f" (default {api.DEFAULT_BACKOFF_LIMIT_PER_PARTITION}). Disruptions such as"
-                " preemption or eviction don't count; exit code 2 (invalid input) is never"
-                " retried.",
+                " preemption or eviction don't count; exit code"
+                f" {pod.INVALID_INPUT_EXIT_CODE} (invalid input) is never retried.",
                 minimum=0,
             ),
             "activeDeadlineSeconds": integer(

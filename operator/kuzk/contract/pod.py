@@ -1,10 +1,14 @@
-"""The partition pod's contract between the operator, which writes the pod, and the prover (or
-the lane agent), which runs in it: its exit codes and its termination message.
+"""The partition pod's contract between the operator, which writes the pod
+(``kuzk.operator.pods``), and the prover or the lane agent, which runs in it: the env the pod
+gets, the randomness format of its input, its exit codes and its termination message. Both
+sides import these names; neither writes them as literals (``tests/unit/test_pod_contract.py``).
 
 A prover that succeeds writes one JSON object to its termination message: ``commitment`` (hex),
 and ``synth_ms`` and ``gpu_ms`` (its stages' milliseconds). One that fails writes
 ``{"error": ...}``; exit code ``INVALID_INPUT_EXIT_CODE`` says its input can never prove (the
 operator does not retry it), any other non-zero code a failure that may not recur.
+
+This module imports only the standard library: ``kuzk-alive``, the pod's probe, imports it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,44 @@ import json
 import re
 from typing import Any
 
+# The env the operator gives the prover's container: who the pod is (required by the prover)...
+JOB_ENV = "KUZK_JOB"
+JOB_UID_ENV = "KUZK_JOB_UID"
+PROOF_KIND_ENV = "KUZK_PROOF_KIND"
+PARTITION_ENV = "KUZK_PARTITION"
+ATTEMPT_ENV = "KUZK_ATTEMPT"
+# ...what it proves: JSON with sector (miner, number), randomness, circuitLog2, partitions...
+INPUT_ENV = "KUZK_INPUT"
+# ...how it logs (text or json, ``kuzk.contract.logs``) and where CuPy keeps its kernels...
+LOG_FORMAT_ENV = "KUZK_LOG_FORMAT"
+CUPY_CACHE_DIR_ENV = "CUPY_CACHE_DIR"
+# ...and, through the downward API, the pod and node it runs as (absent outside a pod).
+POD_NAME_ENV = "POD_NAME"
+POD_UID_ENV = "POD_UID"
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+NODE_NAME_ENV = "NODE_NAME"
+ENV_NAMES = (JOB_ENV, JOB_UID_ENV, PROOF_KIND_ENV, PARTITION_ENV, ATTEMPT_ENV, INPUT_ENV,
+             LOG_FORMAT_ENV, CUPY_CACHE_DIR_ENV, POD_NAME_ENV, POD_UID_ENV, POD_NAMESPACE_ENV,
+             NODE_NAME_ENV)
+"""Every variable of the partition pod's env, and nothing else."""
+
+# A proof's challenge, in the ProofJob's spec and in INPUT_ENV: 0x and 32 bytes in hex.
+RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
+
+# The exit codes of the pod's commands (``kuzk-prover``, ``kuzk-lane``, ``kuzk-alive``).
+OK_EXIT_CODE = 0
+"""Done: the result is in the termination message (a lane call or a probe: it succeeded)."""
+FAILED_EXIT_CODE = 1
+"""A failure that may not recur: the operator retries the partition."""
 INVALID_INPUT_EXIT_CODE = 2
+"""The input can never prove: the operator fails the partition without retrying it."""
+NOT_STARTED_EXIT_CODE = 127
+"""The lane agent could not start the prover's command (the shell's code for it)."""
+TERMINATED_EXIT_CODE = 143
+"""Stopped by SIGTERM (128 + 15) before finishing: no result is written."""
+
+# Where the kubelet reads the container's termination message from.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # What the operator keeps of a prover's words: a condition's message, an Event's note.
 MESSAGE_LIMIT = 512
 _HEX = re.compile("(?:[0-9a-fA-F]{2})+")

@@ -499,37 +499,6 @@ def node_of(worker_status: Mapping[str, Any]) -> str:
                or (worker_status.get("metadata") or {}).get("name", ""))
 
 
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-
-
-def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
-    try:
-        value = int(str(labels.get(key, "")))
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def physical_gpus(node: Mapping[str, Any], gpu_resource: str, workers: int = 0) -> int:
-    """How many physical GPUs a node has, never counting time-slicing replicas: the GPU
-    feature discovery's ``nvidia.com/gpu.count`` label, else the workers its WorkerStatuses
-    list, else its allocatable ``gpu_resource`` divided by ``nvidia.com/gpu.replicas``."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    counted = _label_int(labels, GPU_COUNT_LABEL)
-    if counted is not None:
-        return counted
-    if workers > 0:
-        return workers
-    status = node.get("status") or {}
-    amounts = status.get("allocatable") or status.get("capacity") or {}
-    try:
-        advertised = int(str(amounts.get(gpu_resource, 0) or 0))
-    except ValueError:
-        return 0
-    return advertised // (_label_int(labels, GPU_REPLICAS_LABEL) or 1)
-
-
 def lane_priority(proof_kind: str) -> int:
     """The rank a proof kind's lanes wait for the GPU with: the order of its PriorityClass
     (a kind with a deadline before one without, a shorter deadline first)."""
@@ -546,8 +515,6 @@ def lane_priority(proof_kind: str) -> int:
 
 __all__ = [
     "BUSY",
-    "GPU_COUNT_LABEL",
-    "GPU_REPLICAS_LABEL",
     "GPU_TIME_MODES",
     "IDLE_CPU",
     "IDLE_MODES",
@@ -572,6 +539,5 @@ __all__ = [
     "legacy",
     "node_of",
     "parse",
-    "physical_gpus",
     "worker_status_name",
 ]

@@ -1,7 +1,8 @@
 """The partition pod manifest: the contract between the operator and any prover image.
 
 This module is the contract's only writer, so the reconciler, the tests and a replacement
-prover image all read one definition.
+prover image all read one definition; the names both sides share (the env, the exit codes,
+the termination message) are ``kuzk.contract.pod``'s.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk.contract import api
+from kuzk.contract import api, pod
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 
 CONTAINER_NAME = "prover"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 KERNEL_CACHE_VOLUME = "kernel-cache"
 KERNEL_CACHE_DIR = "/var/cache/kuzk"
 CUPY_CACHE_DIR = f"{KERNEL_CACHE_DIR}/cupy"
@@ -60,7 +61,7 @@ class PodSettings:
 
     image: str
     command: Sequence[str] = ("kuzk-prover",)
-    gpu_resource: str = "nvidia.com/gpu"
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
     service_account_name: str = "kuzk-prover"
     # A node directory that keeps CuPy's compiled kernels for every prover pod of the node;
     # None keeps them in an emptyDir, for the pod's life only. Set by the administrator only:
@@ -165,7 +166,7 @@ def kernel_cache_volume(settings: PodSettings) -> dict[str, Any]:
 
 
 def prover_input(spec: api.JobSpec) -> dict[str, Any]:
-    """What ``KUZK_INPUT`` carries: everything a prover needs to rebuild a partition."""
+    """What ``pod.INPUT_ENV`` carries: everything a prover needs to rebuild a partition."""
     return {
         "sector": {"miner": spec.sector.miner, "number": spec.sector.number},
         "randomness": spec.randomness,
@@ -183,20 +184,20 @@ def _container(
     if overrides.get("requests"):
         resources["requests"] = dict(overrides["requests"])
     values = {
-        "KUZK_JOB": spec.name,
-        "KUZK_JOB_UID": spec.uid,
-        "KUZK_PARTITION": str(partition),
-        "KUZK_ATTEMPT": str(attempt),
-        "KUZK_PROOF_KIND": spec.proof_kind,
-        "KUZK_INPUT": json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
-        "CUPY_CACHE_DIR": CUPY_CACHE_DIR,
-        "KUZK_LOG_FORMAT": settings.log_format,
+        pod.JOB_ENV: spec.name,
+        pod.JOB_UID_ENV: spec.uid,
+        pod.PARTITION_ENV: str(partition),
+        pod.ATTEMPT_ENV: str(attempt),
+        pod.PROOF_KIND_ENV: spec.proof_kind,
+        pod.INPUT_ENV: json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
+        pod.CUPY_CACHE_DIR_ENV: CUPY_CACHE_DIR,
+        pod.LOG_FORMAT_ENV: settings.log_format,
     }
     fields = {
-        "POD_NAME": "metadata.name",
-        "POD_UID": "metadata.uid",
-        "POD_NAMESPACE": "metadata.namespace",
-        "NODE_NAME": "spec.nodeName",
+        pod.POD_NAME_ENV: "metadata.name",
+        pod.POD_UID_ENV: "metadata.uid",
+        pod.POD_NAMESPACE_ENV: "metadata.namespace",
+        pod.NODE_NAME_ENV: "spec.nodeName",
     }
     env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in values.items()]
     env += [
@@ -214,6 +215,6 @@ def _container(
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "readinessProbe": copy.deepcopy(READINESS_PROBE),
         "livenessProbe": copy.deepcopy(LIVENESS_PROBE),
-        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePath": pod.TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

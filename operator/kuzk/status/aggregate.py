@@ -300,8 +300,8 @@ def nodes(snap: Snapshot) -> list[document.Node]:
 
 
 def fleet(snap: Snapshot, gpu_rows: list[document.GpuWorker], now: float) -> document.Fleet:
-    """Physical GPUs, by the one rule (``workerstatus.physical_gpus``: the node's GPU count
-    label, else its WorkerStatuses' workers, else its GPUs divided by its replicas)."""
+    """Physical GPUs, by the one rule (``kuzk.contract.gpu.physical_gpus``: the node's GPU
+    count label, else its WorkerStatuses' workers, else its GPUs divided by its replicas)."""
     per_node: Counter[str] = Counter(row["node"] for row in gpu_rows)
     nodes = {n.name: n for n in snap.nodes if n.gpus() > 0}
     names = set(nodes) | set(per_node)

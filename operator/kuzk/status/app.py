@@ -22,10 +22,10 @@ from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kuzk.contract import api
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.listwatch import KubeClient
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters
-from kuzk.status.objects import DEFAULT_GPU_RESOURCE
 from kuzk.status.view import StatusView
 from kuzk.status.watches import Watches
 

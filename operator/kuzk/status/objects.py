@@ -13,10 +13,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from kuzk.contract import api, workerstatus
+from kuzk.contract import api, gpu, workerstatus
 from kuzk.contract.api import PENDING
-
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ class WorkerNode:
 
 @dataclass(frozen=True)
 class Node:
-    """A Node, with what ``workerstatus.physical_gpus`` reads of it."""
+    """A Node, with what ``gpu.physical_gpus`` reads of it."""
 
     name: str
     gpu_resource: str
@@ -78,7 +76,7 @@ class Node:
         """Its physical GPUs (replicas not counted), ``workers`` those its WorkerStatuses list."""
         slim = {"metadata": {"labels": dict(self.labels)},
                 "status": {"allocatable": {self.gpu_resource: self.advertised}}}
-        return workerstatus.physical_gpus(slim, self.gpu_resource, workers)
+        return gpu.physical_gpus(slim, self.gpu_resource, workers)
 
 
 @dataclass(frozen=True)
@@ -168,14 +166,14 @@ def worker_node(obj: Mapping[str, Any]) -> WorkerNode:
     )
 
 
-def node(obj: Mapping[str, Any], gpu_resource: str = DEFAULT_GPU_RESOURCE) -> Node:
+def node(obj: Mapping[str, Any], gpu_resource: str = gpu.DEFAULT_GPU_RESOURCE) -> Node:
     """A Node: the labels and the amount of ``gpu_resource`` its GPU count comes from, and
     its allocatable memory."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     status = obj.get("status") or {}
     amounts = status.get("allocatable") or status.get("capacity") or {}
     kept = tuple(sorted((k, str(labels[k])) for k in
-                        (workerstatus.GPU_COUNT_LABEL, workerstatus.GPU_REPLICAS_LABEL)
+                        (gpu.GPU_COUNT_LABEL, gpu.GPU_REPLICAS_LABEL)
                         if k in labels))
     return Node(name=str((obj.get("metadata") or {}).get("name", "")),
                 gpu_resource=gpu_resource, labels=kept,

@@ -28,13 +28,14 @@ from typing import Any
 
 from kuzk.contract import ledger
 from kuzk.contract.api import PENDING, PHASE_SUSPENDED, SCHEDULED
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.ledger import GpuKey, Ledger, Tally
 from kuzk.contract.workerstatus import GPU_TIME_MODES
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
 from kuzk.status.document import StatusDocument
 from kuzk.status.history import Bound, History, Queue
-from kuzk.status.objects import DEFAULT_GPU_RESOURCE, Job, Node, Pod, WorkerNode
+from kuzk.status.objects import Job, Node, Pod, WorkerNode
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
 LEDGER = "ledger"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from kuzk.contract import api
+from kuzk.contract import api, pod
 from tests.unit.operator.objects import Make
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -72,7 +72,7 @@ def test_resolve_keeps_what_the_status_recorded():
 def test_default_randomness_is_derived_from_the_sector():
     first = api.resolve(Make.job()).randomness
     assert first == api.resolve(Make.job()).randomness
-    assert re.fullmatch(api.RANDOMNESS_PATTERN, first)
+    assert re.fullmatch(pod.RANDOMNESS_PATTERN, first)
     other = Make.job()
     other["spec"]["sector"]["number"] += 1
     assert api.resolve(other).randomness != first

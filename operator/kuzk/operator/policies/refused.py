@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from kuzk.contract.api import parse_time
+from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE
 from kuzk.operator.actions import Event, Refusal, partition_event
 from kuzk.operator.policies.retries import GiveUp
 
@@ -76,8 +77,10 @@ def after_refusal(index: int, attempt: int, refusals: int, answer: Refusal) -> G
 
 
 def after_invalid_input(index: int, attempt: int, message: str) -> GiveUp:
-    """The prover refused its input (exit code 2): the partition fails, not retried."""
-    text = f"failed with exit code 2 (invalid input), not retried: {message}"
+    """The prover refused its input (``INVALID_INPUT_EXIT_CODE``): the partition fails, not
+    retried."""
+    text = (f"failed with exit code {INVALID_INPUT_EXIT_CODE} (invalid input), not retried:"
+            f" {message}")
     event = partition_event("Warning", "PartitionFailed", index, attempt, text)
     return GiveUp(FAILED_INVALID_INPUT, message, event)
 
