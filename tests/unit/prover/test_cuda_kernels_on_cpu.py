@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from kuzk_prover import commitment, cuda, domain, field, ntt, quotient, synthesis
-from kuzk_prover.cuda import KERNELS, DevicePipeline, HostStreams
+from kuzk_prover.cuda import KERNELS, DevicePipeline
 from kuzk_prover.cuda_source import kernel_source
+from kuzk_prover.cuda_streams import HostStreams
 from kuzk_prover.field import GENERATOR, P
 from kuzk_prover.quotient import Quotient
 
