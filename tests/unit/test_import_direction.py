@@ -32,7 +32,7 @@ PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "ledger")] 
 # proving core) imports nothing of kuzk.
 PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs")
 # The WorkerStatus write protocol: the status server only reads.
-WRITES = ("kuzk.contract.workers",)
+WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
 
 
 def sources(folder: Path) -> list[Path]:

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk.contract import api, workers
+from kuzk.contract import api, worker_writes, workers
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
 from kuzk.operator.actions import (
@@ -348,7 +348,7 @@ class Controller:
         if action.node:
             outcome = worker_outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
-            released = workers.release(self.api_client, action.node, ref, outcome,
+            released = worker_writes.release(self.api_client, action.node, ref, outcome,
                                        clock=self.clock)
             log.info(
                 "finalizer release of %s/%s on %s (%s): %s",
@@ -459,11 +459,11 @@ class Controller:
         cached = worker_status or {}
         released = []
         if workers.decide_sweep(cached.get("status") or {}, live, now, not_live).status is not None:
-            released = workers.sweep(self.api_client, name, live, now, not_live,
+            released = worker_writes.sweep(self.api_client, name, live, now, not_live,
                                      clock=self.clock)
             for item in released:
                 log.info("sweep released %s on %s", item, name)
-        elif workers.retire_legacy(self.api_client, cached):
+        elif worker_writes.retire_legacy(self.api_client, cached):
             log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
                      " counters go to the ledger", name)
         return released
