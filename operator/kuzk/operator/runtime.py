@@ -2,11 +2,11 @@
 
 It reads from memory fed by the watches (``kuzk.operator.caches``: Kopf's index of ProofJobs and the
 operator's own streams of pods and WorkerStatuses, ``kuzk.operator.streams``), decides which
-events matter, and drives the clock (``kuzk.contract.clock.WorkQueue``) whose
+events matter, and drives the work queue (``kuzk.operator.workqueue.WorkQueue``) whose
 runs call the blocking ``Controller`` in a thread. A steady-state sync makes no LIST and no
 GET: it spends API calls on writes, and a 409 tells it the cache was stale.
 
-Keys of the clock: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
+Keys of the work queue: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
 partition pod whose ProofJob is gone; ``("sweep", name)`` is the sweep of a WorkerStatus
 (one GPU; a legacy one of a whole node is retired there once no lane is on it): periodic,
 and soon after a partition pod of its node stops or starts again being live (its Ready
@@ -35,12 +35,12 @@ from datetime import datetime
 from typing import Any
 
 from kuzk.contract import api, ledger, workerstatus
-from kuzk.contract.clock import Gone, WorkQueue
 from kuzk.operator.caches import Caches, JobKey, slim
 from kuzk.operator.controller import Body, Controller, JobGone, pods_of
 from kuzk.operator.ledger_store import FoldQueue
 from kuzk.operator.metrics import OperatorMetrics, Timer
 from kuzk.operator.observe import controller_of, sweep_outcome
+from kuzk.operator.workqueue import Gone, WorkQueue
 
 log = logging.getLogger("kuzk.operator.runtime")
 SWEEP_SECONDS = 30.0
@@ -247,7 +247,7 @@ class Runtime:
         elif was:
             log.info("resumed: the streams list again, then every object gets a look")
 
-    # --- the clock's work ----------------------------------------------------------------
+    # --- the queue's work ----------------------------------------------------------------
     async def _work(self, key: Hashable) -> float | None:
         assert isinstance(key, tuple)
         kind, *rest = key

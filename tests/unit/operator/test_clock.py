@@ -9,7 +9,7 @@ from collections.abc import Hashable
 
 import pytest
 
-from kuzk.contract.clock import BACKOFF_BASE_S, BACKOFF_CAP_S, Gone, WorkQueue, backoff
+from kuzk.operator.workqueue import BACKOFF_BASE_S, BACKOFF_CAP_S, Gone, WorkQueue, backoff
 from tests.manual_clock import ManualClock, settle
 
 
