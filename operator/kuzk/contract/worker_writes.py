@@ -19,7 +19,6 @@ nothing to do, so a pod's finalizer never sticks.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
@@ -31,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from kuzk.contract import api as kapi
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.retry import Backoff
 from kuzk.contract.workers import (
     Acquired,
     Assignment,
@@ -57,8 +57,9 @@ T = TypeVar("T")
 # budget gave 1 write up in 99 partitions), and a prover waits for its write anyway, so the
 # budget is generous.
 CONFLICT_BUDGET_S = 30.0
-BACKOFF_BASE_S = 0.005
-BACKOFF_CAP_S = 0.25
+# The wait after each conflict: from 10 ms doubling to 250 ms, anywhere from 0 (full jitter:
+# the lanes that conflicted do not come back together).
+CONFLICT_BACKOFF = Backoff(base=0.01, cap=0.25, jitter=1.0)
 # A write gives up on a connection the API server never accepts after 10 s, and on an answer
 # only after 2 min (answers are slow under load, and a write that times out may have landed).
 _TIMEOUTS = (10.0, 120.0)
@@ -108,14 +109,14 @@ def _guarded(
                 msg = f"WorkerStatus {name} does not exist"
                 raise WorkerStatusMissing(msg) from None
             if error.status != 409:
-                raise
+                raise  # the caller's to try again, if ``retry.is_transient`` says it may
             conflicts += 1
             if conflicts == 1:
                 deadline = clock.monotonic() + budget_s
             elif clock.monotonic() >= deadline:
                 msg = f"WorkerStatus {name}: still conflicting after {conflicts} tries"
                 raise WorkerWriteConflict(msg) from None
-            clock.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**conflicts)))
+            clock.sleep(CONFLICT_BACKOFF.delay(conflicts))
             continue
         for note in decision.notes:
             log.info("WorkerStatus %s: %s", name, note)

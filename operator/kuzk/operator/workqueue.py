@@ -21,19 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from kuzk.contract.clock import SYSTEM, Clock, Timer
+from kuzk.contract.retry import Backoff, is_transient
 
 log = logging.getLogger("kuzk.operator.workqueue")
 
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 8.0
+# A failed run's next try: from 0.5 s doubling to 8 s, anywhere in the upper half of that (so
+# retries of many keys spread out but never come much sooner than due).
+RUN_BACKOFF = Backoff(base=0.5, cap=8.0, jitter=0.5)
 
 
 class Gone(Exception):
@@ -49,13 +49,6 @@ class _Entry:
     failures: int = 0
 
 
-def backoff(failures: int, *, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S) -> float:
-    """Seconds before retry number ``failures``: exponential, capped, with jitter in its
-    upper half (so retries of many keys spread out but never come much sooner than due)."""
-    ceiling = min(cap, base * 2 ** max(failures - 1, 0))
-    return random.uniform(ceiling / 2, ceiling)
-
-
 class WorkQueue:
     """Runs ``work(key)`` for kicked and due keys; see the module docstring."""
 
@@ -64,13 +57,10 @@ class WorkQueue:
         work: Callable[[Hashable], Awaitable[float | None]],
         *,
         describe: Callable[[Hashable], str] = str,
-        backoff_base: float = BACKOFF_BASE_S,
-        backoff_cap: float = BACKOFF_CAP_S,
         clock: Clock = SYSTEM,
     ) -> None:
         self._work = work
         self._clock = clock
-        self._backoff = (backoff_base, backoff_cap)
         self._describe = describe
         self._entries: dict[Hashable, _Entry] = {}
         self._paused = False
@@ -173,9 +163,7 @@ class WorkQueue:
                 except Exception as error:
                     entry.failures += 1
                     self.failures_total += 1
-                    delay = backoff(
-                        entry.failures, base=self._backoff[0], cap=self._backoff[1]
-                    )
+                    delay = RUN_BACKOFF.delay(entry.failures)
                     self._log_failure(key, entry.failures, delay, error)
                     break
                 entry.failures = 0
@@ -195,18 +183,15 @@ class WorkQueue:
 
     def _log_failure(self, key: Hashable, failures: int, delay: float, error: Exception) -> None:
         what = self._describe(key)
-        if _is_transient(error):
+        # An API server's answer, whatever its status, or a lost connection: expected in a
+        # cluster, worth one line and no traceback.
+        if isinstance(error, ApiException) or is_transient(error):
             log.warning(
                 "%s failed (%s: %s); retry %d in %.1f s",
                 what, type(error).__name__, _first_line(error), failures, delay,
             )
         else:
             log.error("%s failed; retry %d in %.1f s", what, failures, delay, exc_info=error)
-
-
-def _is_transient(error: Exception) -> bool:
-    """API errors and lost connections: expected in a cluster, worth one line, no traceback."""
-    return isinstance(error, ApiException | HTTPError | OSError | TimeoutError)
 
 
 def _first_line(error: Exception) -> str:
