@@ -27,6 +27,7 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.kubeconfig import load_config
+from kuzk.contract.lanes import REPORTED_STAGES
 from kuzk.contract.retry import Backoff, is_transient
 from kuzk.contract.worker_writes import (
     WorkerStatusMissing,
@@ -38,7 +39,6 @@ from kuzk.contract.worker_writes import (
     stage,
 )
 from kuzk.contract.workers import Acquired, Assignment, Gpu, Memory, describe
-from kuzk.contract.workerstatus import LaneStage
 from kuzk_prover.inputs import PodIdentity, identity_from_env
 from kuzk_prover.termination import brief
 
@@ -59,9 +59,6 @@ JOIN_WAIT_S = 10.0
 # died or hung is freed by the operator's finalizer release once its pod has ended (a hung
 # one's liveness probe has it killed); this bounds the wait when no operator runs at all.
 GPU_WAIT_S = 600.0
-# The stages the prover writes itself; the GPU phase and the commitment after it are written
-# by acquire and release_gpu.
-_STAGE_WRITES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 # A status write that fails must not fail the proof: the operator's release and sweep repair.
 _WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
 
@@ -233,7 +230,7 @@ class ProverReporter:
     def on_stage(self, stage_name: str) -> None:
         """Report a stage of the lane: synthesizing and synth_done are written; gpu and
         committing are written by ``gpu_phase``'s acquire and release."""
-        if stage_name not in _STAGE_WRITES:
+        if stage_name not in REPORTED_STAGES:
             return
         self._write("stage", lambda: stage(self.api, self._name(), self.assignment, stage_name,
                                            memory=self.measure()))

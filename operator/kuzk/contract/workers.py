@@ -50,6 +50,7 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from kuzk.contract.api import WorkerOutcome
+from kuzk.contract.lanes import REPORTED_STAGES, lane_priority
 from kuzk.contract.workerstatus import (
     PREVIOUS_PODS,
     Gpu,
@@ -62,7 +63,6 @@ from kuzk.contract.workerstatus import (
     Worker,
     WorkerStatusModel,
     gpu_id,
-    lane_priority,
     parse,
 )
 
@@ -221,9 +221,6 @@ def decide_join(
     return WriteDecision(_write(model.with_worker(worker), model, now), worker.id)
 
 
-_REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
-
-
 def decide_stage(
     status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime,
     memory: Memory | None = None,
@@ -231,8 +228,8 @@ def decide_stage(
     """Move ``assignment``'s lane forward to ``stage`` (synthesizing or synth_done: the GPU
     phase and the commitment are set by ``acquire`` and ``release_gpu``); stale if the lane is
     gone, nothing to write if it is that far already."""
-    if stage not in _REPORTED_STAGES:
-        names = ", ".join(str(s) for s in _REPORTED_STAGES)
+    if stage not in REPORTED_STAGES:
+        names = ", ".join(str(s) for s in REPORTED_STAGES)
         msg = f"stage must be one of {names}, not {stage!r}"
         raise ValueError(msg)
     model = parse(status, now)
