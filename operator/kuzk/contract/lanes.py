@@ -28,18 +28,20 @@ PARTITION_STATE = {
 # GPU phase and the commitment after it are its acquire and its GPU release.
 REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 
+# The PriorityClasses the proof kinds default to (``api.PROOF_KINDS``), lowest first: the
+# chart creates them with ascending values (``priorityClasses`` in its values.yaml).
+PRIORITY_CLASSES = ("kuzk-normal", "kuzk-high", "kuzk-critical")
+
+
 def lane_priority(proof_kind: str) -> int:
-    """The rank a proof kind's lanes wait for the GPU with: the order of its PriorityClass
-    (a kind with a deadline before one without, a shorter deadline first)."""
-    ranked = sorted(
-        {d.active_deadline_seconds for d in api.PROOF_KINDS.values()},
-        key=lambda s: float("inf") if s is None else s,
-        reverse=True,
-    )
+    """The rank a proof kind's lanes wait for the GPU phase with (higher first): the index in
+    ``PRIORITY_CLASSES`` of the PriorityClass the kind defaults to; 0 for a kind kuzk does not
+    know. A ProofJob's own ``spec.prover.priorityClassName`` does not change it: a prover knows
+    its proof kind from its env, and cannot read its pod's priority through the downward API."""
     defaults = api.PROOF_KINDS.get(proof_kind)
     if defaults is None:
         return 0
-    return ranked.index(defaults.active_deadline_seconds)
+    return PRIORITY_CLASSES.index(defaults.priority_class_name)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ def lane_views(worker_status: Mapping[str, Any] | None) -> dict[str, LaneView]:
 
 __all__ = [
     "PARTITION_STATE",
+    "PRIORITY_CLASSES",
     "REPORTED_STAGES",
     "LaneView",
     "lane_priority",
