@@ -62,6 +62,11 @@ class WorkerState(StrEnum):
     GPU = "gpu"
 
 
+# How many lanes a GPU's worker lists at most, workers a WorkerStatus lists at most (a legacy
+# one lists every GPU of its node), and pods a worker remembers the sweep took the GPU phase
+# from (``Worker.remember``): the CRD's limits.
+MAX_LANES = 16
+MAX_WORKERS = 64
 PREVIOUS_PODS = 8
 
 
@@ -379,14 +384,11 @@ def gpu_id(uuid: str) -> str:
     return hashlib.sha256(uuid.encode()).hexdigest()[:8]
 
 
-_NAME_MAX = 253
-
-
 def worker_status_name(node: str, uuid: str) -> str:
     """The name of the WorkerStatus of GPU ``uuid`` on ``node``: ``<node>-<gpu_id>`` (the
     node's name cut so that the whole stays a DNS subdomain)."""
     suffix = f"-{gpu_id(uuid)}"
-    return node[: _NAME_MAX - len(suffix)].rstrip(".-") + suffix
+    return node[: api.DNS_SUBDOMAIN_MAX - len(suffix)].rstrip(".-") + suffix
 
 
 def legacy(worker_status: Mapping[str, Any]) -> bool:
@@ -435,6 +437,8 @@ def physical_gpus(node: Mapping[str, Any], gpu_resource: str, workers: int = 0) 
 __all__ = [
     "GPU_COUNT_LABEL",
     "GPU_REPLICAS_LABEL",
+    "MAX_LANES",
+    "MAX_WORKERS",
     "PREVIOUS_PODS",
     "Gpu",
     "Holder",
