@@ -27,7 +27,8 @@ from kuzk.contract.ledger import Ledger, Tally
 from kuzk.contract.retry import Backoff
 
 log = logging.getLogger("kuzk.contract.ledger")
-CONFLICT_TRIES = 5
+# A fold reads the ledger again and folds again at once on a 409 (or a 404), up to 5 times.
+FOLD_CONFLICT_TRIES = 5
 # A batch of folds that failed is tried again after 1 s, doubling to 30 s, until it lands.
 FOLD_BACKOFF = Backoff(base=1.0, cap=30.0)
 
@@ -59,7 +60,7 @@ class LedgerStore:
         error (or ``ValueError`` for a ConfigMap that holds no ledger) for the caller to
         retry."""
         moment = now or self.clock.now()
-        for _ in range(CONFLICT_TRIES):
+        for _ in range(FOLD_CONFLICT_TRIES):
             current, version = self._known or self._read()
             current = copy.deepcopy(current)  # _known stays as read until written
             added = sum(current.fold(uid, tally, moment) for uid, tally in entries)
