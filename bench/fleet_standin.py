@@ -49,7 +49,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk.contract import api, workers
+from kuzk.contract import api, worker_writes, workers
 from kuzk.contract.workers import Assignment
 from kuzk_prover.reporter import ProverReporter
 
@@ -148,7 +148,7 @@ class Reporter(ProverReporter):
             self.stats.add(what)
             try:
                 return write()
-            except workers.WorkerWriteConflict:
+            except worker_writes.WorkerWriteConflict:
                 self.stats.add(f"{what}_gave_up")
                 raise
 
@@ -159,7 +159,7 @@ class Reporter(ProverReporter):
         try:
             return str(self.stats.timed("claim", lambda: super(Reporter, self).join(
                 device, wait_s=wait_s)))
-        except workers.WorkerWriteConflict:
+        except worker_writes.WorkerWriteConflict:
             self.stats.add("claim_gave_up")
             raise
 
@@ -253,7 +253,7 @@ class Server(socketserver.ThreadingTCPServer):
         reporter.stats = self.stats
         try:
             reporter.join()
-        except (workers.WorkerStatusMissing, workers.WorkerWriteConflict, ApiException,
+        except (worker_writes.WorkerStatusMissing, worker_writes.WorkerWriteConflict, ApiException,
                 HTTPError, OSError) as e:
             self.stats.add(f"claim_failed_{type(e).__name__}")
         outcome: api.WorkerOutcome = "failed"

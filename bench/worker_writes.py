@@ -7,8 +7,8 @@ the WorkerStatus CRD and, for each number of concurrent writers (separate proces
 lanes of one GPU), makes the same number of updates two ways on one GPU's WorkerStatus. Each
 writer adds 1 to the GPU's worker's ``completed`` count per update:
 
-* guarded: contract.workers.guarded_write (GET, decide, replace /status with the resourceVersion
-  read, retry on 409 Conflict);
+* guarded: contract.worker_writes.guarded_write (GET, decide, replace /status with the
+  resourceVersion read, retry on 409 Conflict);
 * unguarded: GET, add 1, then a JSON merge patch of ``status.workers`` without a
   resourceVersion, the write the protocol forbids.
 
@@ -25,16 +25,16 @@ process per lane of every GPU (``--gpus`` GPUs, alias ``--provers``) proves part
 back as the prover does (join, synthesizing, synth_done, acquire the GPU phase, waiting on a
 watch while another lane holds it, release it, leave; ``--partition`` seconds of work on
 average, random from half to one and a half times that, 40 % synthesis and 60 % GPU phase;
-``--gap`` seconds until the next pod) through contract.workers, and an "operator" process makes the
-finalizer release of every finished pod (as a partition pod's finalizer does: a LIST of the
-node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the periodic
-sweep of each of them (``--sweep`` seconds, 30 as the operator; no pod is gone, so it must
-remove nothing). Per lane count it reports p50/p99 latency per operation, WorkerStatus writes
-(PUTs) and 409s per partition attempt, every write that gave up (WorkerWriteConflict), and that
-nothing was lost (no lane left, completed equal to the partitions), beside the guarded writes/s
-the same object sustains in a tight loop with as many writers as GPUs (the reference, same run;
-those writers share one object, as no lanes do now). Exit status 1 if a write gave up or
-something was lost.
+``--gap`` seconds until the next pod) through contract.worker_writes, and an "operator" process
+makes the finalizer release of every finished pod (as a partition pod's finalizer does: a LIST
+of the node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the
+periodic sweep of each of them (``--sweep`` seconds, 30 as the operator; no pod is gone, so it
+must remove nothing). Per lane count it reports p50/p99 latency per operation, WorkerStatus
+writes (PUTs) and 409s per partition attempt, every write that gave up (WorkerWriteConflict),
+and that nothing was lost (no lane left, completed equal to the partitions), beside the guarded
+writes/s the same object sustains in a tight loop with as many writers as GPUs (the reference,
+same run; those writers share one object, as no lanes do now). Exit status 1 if a write gave up
+or something was lost.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ from typing import Any
 from kubernetes import client, config
 
 from kuzk.contract import api as kapi
-from kuzk.contract import workers
+from kuzk.contract import worker_writes, workers
 from kuzk.contract.crds import workerstatus_crd
-from kuzk.contract.workers import Assignment, Gpu, PodRef, WriteDecision, guarded_write
+from kuzk.contract.worker_writes import guarded_write
+from kuzk.contract.workers import Assignment, Gpu, PodRef, WriteDecision
 from kuzk.contract.workerstatus import worker_status_name
 
 WHERE = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL)
@@ -162,7 +163,7 @@ class Timings:
         started, puts, conflicts = time.monotonic(), self.api.puts, self.api.conflicts
         try:
             write()
-        except workers.WorkerWriteConflict:
+        except worker_writes.WorkerWriteConflict:
             self.gave_up[op] += 1
         self.latency.setdefault(op, []).append(time.monotonic() - started)
         self.puts[op] += self.api.puts - puts
@@ -193,14 +194,14 @@ def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: floa
         a = Assignment("bench", f"job-{index}", f"uid-job-{index}", "snap-update", partitions,
                        1, f"pod-{index}-{partitions}", pod_uid)
         work = partition_s * rng.uniform(0.5, 1.5)
-        timings.call("join", lambda a=a: workers.join(api, node, gpu, a))
-        timings.call("stage", lambda a=a: workers.stage(api, name, a, "synthesizing"))
+        timings.call("join", lambda a=a: worker_writes.join(api, node, gpu, a))
+        timings.call("stage", lambda a=a: worker_writes.stage(api, name, a, "synthesizing"))
         time.sleep(0.4 * work)  # synthesis
-        timings.call("stage", lambda a=a: workers.stage(api, name, a, "synth_done"))
-        timings.call("acquire", lambda a=a: workers.acquire(api, name, a))
+        timings.call("stage", lambda a=a: worker_writes.stage(api, name, a, "synth_done"))
+        timings.call("acquire", lambda a=a: worker_writes.acquire(api, name, a))
         time.sleep(0.6 * work)  # the GPU phase
-        timings.call("release_gpu", lambda a=a: workers.release_gpu(api, name, a))
-        timings.call("leave", lambda a=a: workers.leave(api, name, a, "succeeded"))
+        timings.call("release_gpu", lambda a=a: worker_writes.release_gpu(api, name, a))
+        timings.call("leave", lambda a=a: worker_writes.leave(api, name, a, "succeeded"))
         ended[pod_uid] = "succeeded"
         done.put((a.pod_name, pod_uid))
         time.sleep(gap_s)  # the next pod's start on this GPU
@@ -245,14 +246,15 @@ def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, end
             pass
         else:
             ref = PodRef(name, uid)
-            timings.call("finalizer", lambda ref=ref: workers.release(api, node, ref, "succeeded"))
+            timings.call("finalizer",
+                         lambda ref=ref: worker_writes.release(api, node, ref, "succeeded"))
         if time.monotonic() >= next_sweep:
             next_sweep += sweep_s
             pods = Pods(ended)
-            for found in workers.node_worker_statuses(api, node):
+            for found in worker_writes.node_worker_statuses(api, node):
                 name = found["metadata"]["name"]
                 timings.call("sweep", lambda pods=pods, name=name: swept.extend(
-                    workers.sweep(api, name, pods, datetime.now(UTC))))
+                    worker_writes.sweep(api, name, pods, datetime.now(UTC))))
     out.put(timings.result("operator", -len(swept)))
 
 
@@ -303,7 +305,7 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
             partitions += n
         else:
             swept = -n  # lanes the sweep removed: none of these pods was gone
-    final = [ws.get("status") or {} for ws in workers.node_worker_statuses(api, node)]
+    final = [ws.get("status") or {} for ws in worker_writes.node_worker_statuses(api, node)]
     gpus = [w for status in final for w in status.get("workers") or []]
     left = sum(len(w.get("lanes") or []) for w in gpus)
     completed = sum(w.get("completed", 0) for w in gpus)

@@ -1,13 +1,13 @@
-"""The prover's side of the WorkerStatus protocol (``contract.workers``): ``ProverReporter``, the
-partition pod's lane on its GPU. It reads the pod's env and credentials, joins its GPU's lanes,
-writes its stages (only when they change: whether the prover is alive is its pod's probes'
-to say, ``kuzk_prover.alive``), holds the GPU phase only around the GPU work
-(``gpu_phase``: acquire, waiting on a watch while another lane holds it, then release_gpu),
-leaves when the prover ends, and tries every write again through API outages; a write that
-still fails never fails the proof. Every lane write carries what the prover holds when it is
-made (``measure``: its resident host memory, and the device memory its CuPy pool holds; the
-acquire adds what the phase allocates right after it), so the screen shows memory without a
-write of its own."""
+"""The prover's side of the WorkerStatus protocol (``contract.workers``, its writes
+``contract.worker_writes``): ``ProverReporter``, the partition pod's lane on its GPU. It reads
+the pod's env and credentials, joins its GPU's lanes, writes its stages (only when they change:
+whether the prover is alive is its pod's probes' to say, ``kuzk_prover.alive``), holds the GPU
+phase only around the GPU work (``gpu_phase``: acquire, waiting on a watch while another lane
+holds it, then release_gpu), leaves when the prover ends, and tries every write again through
+API outages; a write that still fails never fails the proof. Every lane write carries what the
+prover holds when it is made (``measure``: its resident host memory, and the device memory its
+CuPy pool holds; the acquire adds what the phase allocates right after it), so the screen shows
+memory without a write of its own."""
 
 from __future__ import annotations
 
@@ -27,21 +27,18 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.kubeconfig import load_config
-from kuzk.contract.workers import (
-    Acquired,
-    Assignment,
-    Gpu,
-    Memory,
+from kuzk.contract.lanes import REPORTED_STAGES
+from kuzk.contract.retry import Backoff, is_transient
+from kuzk.contract.worker_writes import (
     WorkerStatusMissing,
     WorkerWriteConflict,
     acquire,
-    describe,
     join,
     leave,
     release_gpu,
     stage,
 )
-from kuzk.contract.workerstatus import LaneStage
+from kuzk.contract.workers import Acquired, Assignment, Gpu, Memory, describe
 from kuzk_prover.inputs import PodIdentity, identity_from_env
 from kuzk_prover.termination import brief
 
@@ -51,8 +48,10 @@ T = TypeVar("T")
 
 _NOT_A_DEVICE = ("", "all", "none", "void")
 # How long one write of the prover keeps trying through an API outage (refused connections,
-# 5xx, 429) before the prover proves on without status; its backoff between tries.
+# 5xx, 429) before the prover proves on without status; its backoff between tries (0.2 s,
+# doubling to 2 s).
 OUTAGE_BUDGET_S = 30.0
+WRITE_BACKOFF = Backoff(base=0.2, cap=2.0)
 # How long a new pod's join tries again while its Node cannot be found (the first lane of a GPU
 # creates the GPU's WorkerStatus, owned by the Node).
 JOIN_WAIT_S = 10.0
@@ -60,10 +59,6 @@ JOIN_WAIT_S = 10.0
 # died or hung is freed by the operator's finalizer release once its pod has ended (a hung
 # one's liveness probe has it killed); this bounds the wait when no operator runs at all.
 GPU_WAIT_S = 600.0
-# The stages the prover writes itself; the GPU phase and the commitment after it are written
-# by acquire and release_gpu.
-_STAGE_WRITES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
-RETRY_FIRST_S, RETRY_CAP_S = 0.2, 2.0
 # A status write that fails must not fail the proof: the operator's release and sweep repair.
 _WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
 
@@ -86,15 +81,6 @@ def cupy_pool_bytes() -> int:
     if cupy is None:
         return 0
     return int(cupy.get_default_memory_pool().total_bytes())
-
-
-def _transient(error: BaseException) -> bool:
-    """Whether a later try may succeed: no connection (urllib3's errors, OSError) or an API
-    server that answers 5xx or 429 (restarting, overloaded)."""
-    if isinstance(error, ApiException):
-        code = int(error.status or 0)
-        return code in (0, 429) or code >= 500
-    return isinstance(error, HTTPError | OSError)
 
 
 def _forbidden(error: BaseException) -> bool:
@@ -244,7 +230,7 @@ class ProverReporter:
     def on_stage(self, stage_name: str) -> None:
         """Report a stage of the lane: synthesizing and synth_done are written; gpu and
         committing are written by ``gpu_phase``'s acquire and release."""
-        if stage_name not in _STAGE_WRITES:
+        if stage_name not in REPORTED_STAGES:
             return
         self._write("stage", lambda: stage(self.api, self._name(), self.assignment, stage_name,
                                            memory=self.measure()))
@@ -356,8 +342,9 @@ class ProverReporter:
         """``write()``, tried again with backoff while the WorkerStatus is missing (for
         ``missing_s``) and through transient errors (for ``outage_budget``); then what the
         last try raised. With ``quiet``, raises _Quiet as soon as it is set."""
-        start, delay, failures = time.monotonic(), RETRY_FIRST_S, 0
+        start, tries, failures = time.monotonic(), 0, 0
         while True:
+            delay = WRITE_BACKOFF.delay(tries + 1)
             try:
                 result = write()
             except WorkerStatusMissing:
@@ -368,7 +355,7 @@ class ProverReporter:
                 # A kube-apiserver that has just come back may answer 403 until its RBAC
                 # caches have synced (kubernetes#121635), so after a transient failure a 403
                 # is tried again too; a first 403 is a real refusal.
-                again = _transient(error) or (failures > 0 and _forbidden(error))
+                again = is_transient(error) or (failures > 0 and _forbidden(error))
                 if not again or time.monotonic() - start + delay > self.outage_budget:
                     raise
                 if failures == 0:
@@ -390,7 +377,7 @@ class ProverReporter:
                 time.sleep(delay)
             elif quiet.wait(delay):
                 raise _Quiet
-            delay = min(delay * 2, RETRY_CAP_S)
+            tries += 1
 
     def _write(self, what: str, write: Callable[[], bool]) -> None:
         if self._quiet.is_set() or self.worker_status is None:

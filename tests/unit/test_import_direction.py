@@ -25,7 +25,8 @@ OPERATOR = KUZK / "operator"
 STATUS = KUZK / "status"
 PROVER = ROOT / "prover_image" / "kuzk_prover"
 # The pure decision and the models it reads: no Kopf, no client, no I/O.
-PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "ledger")] + [
+PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "gputime", "lanes",
+                                       "workers", "ledger")] + [
     OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
                                    "reconcile", "ranges")] + sorted(
     (OPERATOR / "policies").glob("*.py"))
@@ -34,7 +35,7 @@ PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "ledger")] 
 # nothing of kuzk.
 PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs", "lane", "alive", "termination")
 # The WorkerStatus write protocol: the status server only reads.
-WRITES = ("kuzk.contract.workers",)
+WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
 
 
 def sources(folder: Path) -> list[Path]:

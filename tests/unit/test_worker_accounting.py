@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kuzk.contract import ledger
+from kuzk.contract.gputime import GPU_TIME_MODES
 from kuzk.contract.workers import (
     Assignment,
     Gpu,
@@ -28,7 +29,7 @@ from kuzk.contract.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.contract.workerstatus import GPU_TIME_MODES, parse
+from kuzk.contract.workerstatus import parse
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 GPU0 = Gpu("GPU-0")

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kuzk.contract import api
+from kuzk.contract.lanes import lane_priority
 from kuzk.contract.workers import (
     PREVIOUS_PODS,
     Acquired,
@@ -31,7 +32,7 @@ from kuzk.contract.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.contract.workerstatus import gpu_id, lane_priority, parse, worker_status_name
+from kuzk.contract.workerstatus import gpu_id, parse, worker_status_name
 from tests.integration.workers.model import NodeModel, explain, observed
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)

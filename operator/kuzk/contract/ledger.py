@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kuzk.contract import api, workerstatus
+from kuzk.contract import api, gputime, workerstatus
 
 DATA_KEY = "ledger.json"
 SCHEMA = 1
@@ -78,7 +78,7 @@ class Histogram:
 class Tally:
     """What finished: partitions completed and failed by (namespace, proof kind), their
     synthesis and GPU durations by (proof kind, stage), stale worker writes refused, and the
-    GPU seconds of deleted WorkerStatuses by GPU and mode (``workerstatus.GPU_TIME_MODES``)."""
+    GPU seconds of deleted WorkerStatuses by GPU and mode (``gputime.GPU_TIME_MODES``)."""
 
     completed: Counter[KindKey] = field(default_factory=Counter)
     failed: Counter[KindKey] = field(default_factory=Counter)
@@ -141,7 +141,7 @@ class Tally:
                    str(row.get("gpuName") or ""))
             seconds: dict[str, float] = {}
             for mode, value in row["seconds"].items():
-                name = workerstatus.gpu_time_mode(str(mode))
+                name = gputime.gpu_time_mode(str(mode))
                 seconds[name] = seconds.get(name, 0.0) + float(value)
             tally.gpu_seconds[gpu] = Counter(seconds)
         for row in doc.get("durations") or []:

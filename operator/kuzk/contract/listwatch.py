@@ -23,10 +23,13 @@ from typing import Any, Protocol
 import aiohttp
 from kubernetes import client
 
+from kuzk.contract.retry import Backoff
+
 log = logging.getLogger("kuzk.contract.listwatch")
 
 WATCH_TIMEOUT_S = 300
-BACKOFF_FIRST_S, BACKOFF_CAP_S = 0.2, 2.0
+# A broken watch resumes (or lists again) after 0.2 s, doubling to 2 s while it keeps breaking.
+WATCH_BACKOFF = Backoff(base=0.2, cap=2.0)
 GONE = 410
 Body = dict[str, Any]
 
@@ -130,10 +133,10 @@ def params(selector: str | None = None, fields: str | None = None) -> dict[str, 
 async def list_and_watch(kube: KubeClient, path: str, query: Mapping[str, str], sink: Sink,
                          wait: Callable[[float], Awaitable[None]], name: str = "") -> None:
     """List, then watch, until cancelled: resume on errors, list again on 410 Gone. ``wait``
-    sleeps between tries (backoff, capped at BACKOFF_CAP_S)."""
+    sleeps between tries (``WATCH_BACKOFF``)."""
     name = name or path
     version: str | None = None
-    delay = BACKOFF_FIRST_S
+    failures = 0
     while True:
         try:
             if version is None:
@@ -143,7 +146,7 @@ async def list_and_watch(kube: KubeClient, path: str, query: Mapping[str, str], 
             timeout_s = random.randint(WATCH_TIMEOUT_S, WATCH_TIMEOUT_S * 6 // 5)
             async for event in kube.watch(path, {**query, "resourceVersion": version},
                                           timeout_s, sink.connected):
-                delay = BACKOFF_FIRST_S
+                failures = 0
                 kind, item = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     raise ApiError(int(item.get("code") or 500), str(item.get("message")))
@@ -156,7 +159,8 @@ async def list_and_watch(kube: KubeClient, path: str, query: Mapping[str, str], 
             if isinstance(error, ApiError) and error.status == GONE:
                 version = None
             sink.lost()
+            failures += 1
+            delay = WATCH_BACKOFF.delay(failures)
             log.warning("watch of %s broke (%s); %s in %.1f s", name, error,
                         "relisting" if version is None else "resuming", delay)
             await wait(delay)
-            delay = min(delay * 2, BACKOFF_CAP_S)

@@ -1,67 +1,56 @@
-"""The WorkerStatus write protocol: every write about a GPU worker is a compare-and-swap.
+"""The WorkerStatus write protocol: every write about a GPU worker is a compare-and-swap, and
+this module is its decisions (pure ``decide_*`` functions, unit-tested without a cluster);
+``kuzk.contract.worker_writes`` makes the writes.
 
 The engine kuzk replaces kept worker state in memory, and a late finalizer marked a worker idle
 while it was proving the next partition. Here a worker's state lives in its GPU's
 WorkerStatus (the typed model ``kuzk.contract.workerstatus``: one object per physical GPU, named
 ``<node>-<GPU id>``), and every write names the pod it is about and is made the same way: GET
-the object, decide from what it says (pure ``decide_*`` functions, unit-tested without a
-cluster), then replace ``/status`` carrying the ``resourceVersion`` that was read; on 409 read
-and decide again. Only the lanes of one GPU write one object, so a write conflicts only with
-the lanes it shares its GPU with. A write about something the pod no longer holds is stale: it
-is refused, logged, and counted in the WorkerStatus's ``status.staleWritesRejected``, which the
-status server sums into ``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
+the object, decide from what it says, then replace ``/status`` carrying the
+``resourceVersion`` that was read; on 409 read and decide again. Only the lanes of one GPU
+write one object, so a write conflicts only with the lanes it shares its GPU with. A write
+about something the pod no longer holds is stale: it is refused, logged, and counted in the
+WorkerStatus's ``status.staleWritesRejected``, which the status server sums into
+``kuzk_stale_worker_writes_rejected_total`` on its ``/metrics``.
 
 A GPU carries lanes (pods on the same GPU through time-slicing replicas); one lane at most
-holds its GPU phase. A prover ``join``s its GPU's lanes when it starts (creating the GPU's
+holds its GPU phase. A prover joins its GPU's lanes when it starts (creating the GPU's
 WorkerStatus if it is the first: only the prover knows which GPU it was given), reports its
-stages, ``acquire``s the GPU phase when its synthesis is done (waiting on a watch of the object
-while another lane holds it), gives it up with ``release_gpu`` as soon as its GPU work is
-done, and ``leave``s when it exits. A lane writes only when it moves: no write says that it is
-alive. The operator's finalizer ``release`` and its ``sweep`` remove the lane (and the GPU
-phase with it) of a pod that is gone or ended, and only of that pod; the sweep also marks the
-lanes whose pod is running but not live (its prover's probes fail: ``api.
-pod_not_live_since``), so the object tells a hung lane from a working one without a write
-from the lane.
+stages, acquires the GPU phase when its synthesis is done (waiting on a watch of the object
+while another lane holds it), gives it up as soon as its GPU work is done, and leaves when it
+exits. A lane writes only when it moves: no write says that it is alive. The operator's
+finalizer release and its sweep remove the lane (and the GPU phase with it) of a pod that is
+gone or ended, and only of that pod; the sweep also marks the lanes whose pod is running but
+not live (its prover's probes fail: ``api.pod_not_live_since``), so the object tells a hung
+lane from a working one without a write from the lane.
 
 Choices the callers rely on:
 
-* ``acquire`` is granted only when no lane holds the GPU phase and no waiting lane comes
+* An acquire is granted only when no lane holds the GPU phase and no waiting lane comes
   before this one (higher priority, then the one ready first). A holder is only ever taken
-  away by its own ``release_gpu``/``leave``, the finalizer release of its pod, or the sweep
-  when its pod is gone: the prover cannot see pods, the operator can. A hung holder keeps it
-  until its pod's liveness probe has the prover killed: then the pod ends and the finalizer
-  release frees the GPU phase.
-* The prover's writes (by ``Assignment``, to the WorkerStatus its ``join`` named) are about a
-  lane it joined: a stage or leave of a lane that is gone, and a ``release_gpu`` of a lane
-  that does not hold the GPU phase (another lane took it since), are stale. The operator's
+  away by its own GPU release or leave, the finalizer release of its pod, or the sweep when
+  its pod is gone: the prover cannot see pods, the operator can. A hung holder keeps it until
+  its pod's liveness probe has the prover killed: then the pod ends and the finalizer release
+  frees the GPU phase.
+* The prover's writes (by ``Assignment``, to the WorkerStatus its join named) are about a
+  lane it joined: a stage or leave of a lane that is gone, and a GPU release of a lane that
+  does not hold the GPU phase (another lane took it since), are stale. The operator's
   finalizer release (by ``PodRef`` and node) knows nothing of lanes or GPUs: it writes the
   node's WorkerStatus that has the pod's lane, or that remembers the sweep took the GPU phase
   from that pod (``previousPodUIDs``: stale); for a pod without either it is nothing to do,
   neither written nor counted.
-* ``claim`` is ``join`` and then ``acquire`` for a prover that holds its GPU for its whole
-  run (``release`` by its Assignment is then ``leave``).
-* A WorkerStatus that is gone makes the prover's writes after ``join`` raise
-  ``WorkerStatusMissing`` (its node is being deleted); ``release`` and ``sweep`` treat it as
-  nothing to do, so a pod's finalizer never sticks.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from functools import partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
-
-from kuzk.contract import api as kapi
 from kuzk.contract.api import WorkerOutcome
-from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.lanes import REPORTED_STAGES, lane_priority
 from kuzk.contract.workerstatus import (
     PREVIOUS_PODS,
     Gpu,
@@ -74,30 +63,10 @@ from kuzk.contract.workerstatus import (
     Worker,
     WorkerStatusModel,
     gpu_id,
-    lane_priority,
-    legacy,
     parse,
-    worker_status_name,
 )
 
-log = logging.getLogger("kuzk.contract.workers")
-
 T = TypeVar("T")
-
-# How long a write keeps trying through continuous 409s. A GPU's WorkerStatus has as many
-# writers as the GPU has lanes; on a loaded API server a write may still need many tries (when
-# one object held a node's 8 GPUs x 3 lanes, a join's p99 was 12 s on two cores, and a 10 s
-# budget gave 1 write up in 99 partitions), and a prover waits for its write anyway, so the
-# budget is generous.
-CONFLICT_BUDGET_S = 30.0
-BACKOFF_BASE_S = 0.005
-BACKOFF_CAP_S = 0.25
-# A write gives up on a connection the API server never accepts after 10 s, and on an answer
-# only after 2 min (answers are slow under load, and a write that times out may have landed).
-_TIMEOUTS = (10.0, 120.0)
-# A waiting lane's watch ends after this long and the lane asks again, so a change the watch
-# missed (a dropped connection) costs at most this much.
-ACQUIRE_WATCH_S = 10
 
 __all__ = [
     "PREVIOUS_PODS",
@@ -107,18 +76,8 @@ __all__ = [
     "Memory",
     "PodRef",
     "Released",
-    "WorkerStatusMissing",
-    "WorkerWriteConflict",
     "WriteDecision",
 ]
-
-
-class WorkerStatusMissing(LookupError):
-    """The WorkerStatus does not exist (not created yet, or its node is gone)."""
-
-
-class WorkerWriteConflict(RuntimeError):
-    """The object kept changing under the write (409 Conflict) for the whole retry budget."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +132,6 @@ class WriteDecision(Generic[T]):
     notes: tuple[str, ...] = ()
 
 
-# --- pure decisions ----------------------------------------------------------------------
 def describe(who: Assignment | PodRef) -> str:
     """An assignment or pod as a log line names it."""
     if isinstance(who, PodRef):
@@ -263,9 +221,6 @@ def decide_join(
     return WriteDecision(_write(model.with_worker(worker), model, now), worker.id)
 
 
-_REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
-
-
 def decide_stage(
     status: Mapping[str, Any], assignment: Assignment, stage: str, now: datetime,
     memory: Memory | None = None,
@@ -273,8 +228,8 @@ def decide_stage(
     """Move ``assignment``'s lane forward to ``stage`` (synthesizing or synth_done: the GPU
     phase and the commitment are set by ``acquire`` and ``release_gpu``); stale if the lane is
     gone, nothing to write if it is that far already."""
-    if stage not in _REPORTED_STAGES:
-        names = ", ".join(str(s) for s in _REPORTED_STAGES)
+    if stage not in REPORTED_STAGES:
+        names = ", ".join(str(s) for s in REPORTED_STAGES)
         msg = f"stage must be one of {names}, not {stage!r}"
         raise ValueError(msg)
     model = parse(status, now)
@@ -415,333 +370,3 @@ def decide_sweep(
         f"sweep released {r.worker_id} from {describe(r.pod)} ({r.outcome})" for r in released
     )
     return WriteDecision(_write(after, model, now), released, notes=(*notes, *marked))
-
-
-# --- guarded writes ----------------------------------------------------------------------
-def _guarded(
-    api: client.ApiClient,
-    name: str,
-    decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
-    budget_s: float,
-    clock: Clock,
-) -> tuple[T, str]:
-    objects = client.CustomObjectsApi(api)
-    where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name)
-    conflicts, deadline = 0, 0.0
-    while True:
-        try:
-            current = cast(
-                dict[str, Any],
-                objects.get_cluster_custom_object(*where, _request_timeout=_TIMEOUTS),
-            )
-            version = str((current.get("metadata") or {}).get("resourceVersion") or "")
-            decision = decide(current.get("status") or {})
-            if decision.status is not None:
-                written = cast(
-                    dict[str, Any],
-                    objects.replace_cluster_custom_object_status(
-                        *where,
-                        {**current, "status": decision.status},
-                        _request_timeout=_TIMEOUTS,
-                    ),
-                )
-                version = str((written.get("metadata") or {}).get("resourceVersion") or "")
-        except ApiException as error:
-            if error.status == 404:
-                msg = f"WorkerStatus {name} does not exist"
-                raise WorkerStatusMissing(msg) from None
-            if error.status != 409:
-                raise
-            conflicts += 1
-            if conflicts == 1:
-                deadline = clock.monotonic() + budget_s
-            elif clock.monotonic() >= deadline:
-                msg = f"WorkerStatus {name}: still conflicting after {conflicts} tries"
-                raise WorkerWriteConflict(msg) from None
-            clock.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**conflicts)))
-            continue
-        for note in decision.notes:
-            log.info("WorkerStatus %s: %s", name, note)
-        return decision.result, version
-
-
-def guarded_write(
-    api: client.ApiClient,
-    name: str,
-    decide: Callable[[Mapping[str, Any]], WriteDecision[T]],
-    *,
-    budget_s: float = CONFLICT_BUDGET_S,
-    clock: Clock = SYSTEM,
-) -> T:
-    """The one way kuzk writes a WorkerStatus: GET, ``decide(status)``, replace ``/status``
-    with the resourceVersion that was read; on 409 Conflict back off (full jitter) and start
-    over, until ``budget_s`` seconds of continuous conflict raise WorkerWriteConflict."""
-    return _guarded(api, name, decide, budget_s, clock)[0]
-
-
-def join(
-    api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM,
-    memory: Callable[[], Memory | None] = lambda: None,
-) -> str:
-    """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``, in the GPU's
-    WorkerStatus, which the first lane of the GPU creates (``create_worker_status``); return
-    the WorkerStatus's name, where the lane's other writes go. ``memory`` is asked before
-    each decision (so that a join which had to create the object first carries what the
-    prover holds when it writes); in the other lane writes ``memory`` is what the prover
-    holds now.
-
-    Raises WorkerStatusMissing when the node does not exist."""
-    name = worker_status_name(node, gpu.uuid)
-
-    def decide(status: Mapping[str, Any]) -> WriteDecision[str]:
-        return decide_join(status, gpu, assignment, clock.now(), memory())
-
-    try:
-        guarded_write(api, name, decide, clock=clock)
-    except WorkerStatusMissing:
-        create_worker_status(api, node, gpu)
-        guarded_write(api, name, decide, clock=clock)
-    return name
-
-
-def stage(
-    api: client.ApiClient, name: str, assignment: Assignment, stage: str, *,
-    clock: Clock = SYSTEM, memory: Memory | None = None,
-) -> bool:
-    """Set the stage of ``assignment``'s lane in WorkerStatus ``name``; False when stale."""
-    return guarded_write(
-        api, name, lambda s: decide_stage(s, assignment, stage, clock.now(), memory),
-        clock=clock)
-
-
-def wait_for_change(
-    api: client.ApiClient,
-    name: str,
-    version: str,
-    timeout_s: float,
-    until: Callable[[Mapping[str, Any]], bool] | None = None,
-) -> None:
-    """Return when WorkerStatus ``name`` changes after ``version`` (into a status for which
-    ``until`` holds, when given), or after ``timeout_s``: a watch of that one object, no
-    polling, and no request per change that does not matter to the caller."""
-    objects = client.CustomObjectsApi(api)
-    stream = watch.Watch()  # type: ignore[no-untyped-call]
-    try:
-        for event in stream.stream(  # type: ignore[no-untyped-call]
-            objects.list_cluster_custom_object,
-            kapi.GROUP,
-            kapi.VERSION,
-            kapi.WORKERSTATUS_PLURAL,
-            field_selector=f"metadata.name={name}",
-            resource_version=version,
-            timeout_seconds=max(1, int(timeout_s)),
-            _request_timeout=(_TIMEOUTS[0], timeout_s + 10.0),
-        ):
-            changed = event.get("object") or {}
-            if until is None or event.get("type") != "MODIFIED":
-                return
-            if until(changed.get("status") or {}):
-                return
-    except ApiException as error:
-        if error.status != 410:  # Gone: the version is too old; the caller reads anew
-            raise
-    finally:
-        stream.stop()  # type: ignore[no-untyped-call]
-
-
-def _decide_acquire_now(
-    status: Mapping[str, Any], *, assignment: Assignment, clock: Clock, memory: Memory | None
-) -> WriteDecision[Acquired]:
-    return decide_acquire(status, assignment, clock.now(), memory)
-
-
-def acquire(
-    api: client.ApiClient,
-    name: str,
-    assignment: Assignment,
-    *,
-    wait_s: float | None = None,
-    watch_s: float = ACQUIRE_WATCH_S,
-    clock: Clock = SYSTEM,
-    memory: Callable[[], Memory | None] = lambda: None,
-) -> Acquired:
-    """Hold the GPU phase of ``assignment``'s lane: granted at once if the GPU is free and no
-    waiting lane comes first, else wait on a watch of the WorkerStatus and ask again when it
-    changes. Returns GRANTED, GONE (the lane was removed: stale), or WAITING once ``wait_s``
-    has passed (None: no limit). ``memory`` is asked before each try."""
-    deadline = None if wait_s is None else clock.monotonic() + wait_s
-    while True:
-        result, version = _guarded(
-            api, name, partial(_decide_acquire_now, assignment=assignment, clock=clock,
-                               memory=memory()),
-            CONFLICT_BUDGET_S, clock,
-        )
-        if result is not Acquired.WAITING:
-            return result
-        left = watch_s if deadline is None else min(watch_s, deadline - clock.monotonic())
-        if left <= 0:
-            return result
-
-        def decided(status: Mapping[str, Any]) -> bool:
-            # Another lane's stage or memory changes nothing for this one: ask the API
-            # server again only once the decision on what the watch shows would change.
-            return decide_acquire(status, assignment, clock.now()).result is not Acquired.WAITING
-
-        wait_for_change(api, name, version, left, decided)
-
-
-def release_gpu(
-    api: client.ApiClient, name: str, assignment: Assignment, *, clock: Clock = SYSTEM,
-    memory: Memory | None = None,
-) -> bool:
-    """Give up the GPU phase ``assignment``'s lane holds; False when the write is stale."""
-    return guarded_write(
-        api, name, lambda s: decide_release_gpu(s, assignment, clock.now(), memory),
-        clock=clock)
-
-
-def claim(
-    api: client.ApiClient,
-    node: str,
-    gpu: Gpu,
-    assignment: Assignment,
-    *,
-    wait_s: float | None = None,
-    clock: Clock = SYSTEM,
-) -> str:
-    """``join`` and ``acquire``: for a prover that holds its GPU for its whole run. Returns
-    the WorkerStatus's name once the GPU phase is held (or ``wait_s`` has passed)."""
-    name = join(api, node, gpu, assignment, clock=clock)
-    acquire(api, name, assignment, wait_s=wait_s, clock=clock)
-    return name
-
-
-def node_worker_statuses(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
-    """The WorkerStatuses of ``node`` (its GPUs', and a legacy one of its own): one LIST by
-    the CRD's selectable field ``spec.nodeName``."""
-    listed = client.CustomObjectsApi(api).list_cluster_custom_object(
-        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL,
-        field_selector=f"spec.nodeName={node}", _request_timeout=_TIMEOUTS,
-    )
-    return list(cast(dict[str, Any], listed).get("items") or [])
-
-
-def _concerns(worker_status: Mapping[str, Any], uid: str) -> bool:
-    """Whether the pod ``uid`` has a lane in the WorkerStatus, or the sweep took its GPU
-    phase from it (a release about it is stale there)."""
-    model = parse(worker_status.get("status"))
-    return model.worker_of_pod(uid) is not None or any(
-        uid in w.previous_pod_uids for w in model.workers)
-
-
-def release(
-    api: client.ApiClient, node: str, pod: PodRef, outcome: WorkerOutcome,
-    *, clock: Clock = SYSTEM,
-) -> bool:
-    """The finalizer's release: remove ``pod``'s lane on ``node`` (and the GPU phase with
-    it) in the node's WorkerStatus that has it; True if it did.
-
-    False when no WorkerStatus of the node concerns the pod (it left, or never joined), when
-    the write is stale (refused and counted), or when the WorkerStatus is gone: then there is
-    nothing to release and a finalizer may go."""
-    for found in node_worker_statuses(api, node):
-        if not _concerns(found, pod.uid):
-            continue
-        name = str((found.get("metadata") or {}).get("name") or "")
-        try:
-            return guarded_write(
-                api, name, lambda s: decide_release(s, pod, outcome, clock.now()), clock=clock)
-        except WorkerStatusMissing:
-            break
-    log.info("node %s: %s holds no lane: nothing to release", node, describe(pod))
-    return False
-
-
-def leave(
-    api: client.ApiClient, name: str, assignment: Assignment, outcome: WorkerOutcome,
-    *, clock: Clock = SYSTEM,
-) -> bool:
-    """The prover's own release of its lane in WorkerStatus ``name`` when it exits; False
-    when the lane was gone (stale: refused and counted) or the WorkerStatus is."""
-    try:
-        return guarded_write(
-            api, name, lambda s: decide_leave(s, assignment, outcome, clock.now()), clock=clock)
-    except WorkerStatusMissing:
-        log.info("no WorkerStatus %s: nothing to leave for %s", name, describe(assignment))
-        return False
-
-
-def sweep(
-    api: client.ApiClient,
-    name: str,
-    live_pods: Mapping[str, WorkerOutcome | None],
-    now: datetime,
-    not_live: Mapping[str, datetime] | None = None,
-    *,
-    clock: Clock = SYSTEM,
-) -> list[Released]:
-    """Remove (guarded) the lanes of WorkerStatus ``name`` as ``decide_sweep`` says (those
-    whose pod is gone, or ended without its finalizer in charge), and mark the lanes whose
-    pod is not live."""
-    try:
-        return guarded_write(
-            api, name, lambda s: decide_sweep(s, live_pods, now, not_live), clock=clock,
-        )
-    except WorkerStatusMissing:
-        return []
-
-
-def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
-    """Create the WorkerStatus of ``gpu`` on ``node`` if absent, owned by the Node (so the
-    garbage collector deletes it with the node); True if this call created it (False: a lane
-    of the same GPU did first). Raises WorkerStatusMissing when the node does not exist."""
-    try:
-        meta = client.CoreV1Api(api).read_node(node, _request_timeout=_TIMEOUTS).metadata
-    except ApiException as error:
-        if error.status == 404:
-            msg = f"node {node} does not exist"
-            raise WorkerStatusMissing(msg) from None
-        raise
-    body = {
-        "apiVersion": kapi.API_VERSION,
-        "kind": kapi.WORKERSTATUS_KIND,
-        "metadata": {
-            "name": worker_status_name(node, gpu.uuid),
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": meta.uid if meta else ""}
-            ],
-        },
-        "spec": {"nodeName": node, "gpu": gpu.as_status()},
-    }
-    try:
-        client.CustomObjectsApi(api).create_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body,
-            _request_timeout=_TIMEOUTS,
-        )
-    except ApiException as error:
-        if error.status == 409:
-            return False
-        raise
-    return True
-
-
-def retire_legacy(api: client.ApiClient, worker_status: Mapping[str, Any]) -> bool:
-    """Delete a legacy WorkerStatus (``workerstatus.legacy``) that no lane is on any more, with
-    preconditions on its UID and resourceVersion (a write since keeps it); its counters go to
-    the ledger with its deletion, as any WorkerStatus's do. True if this call deleted it."""
-    meta = worker_status.get("metadata") or {}
-    workers = parse(worker_status.get("status")).workers
-    if not legacy(worker_status) or any(w.lanes for w in workers):
-        return False
-    try:
-        client.CustomObjectsApi(api).delete_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, str(meta.get("name") or ""),
-            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
-                uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))),
-            _request_timeout=_TIMEOUTS,
-        )
-    except ApiException as error:
-        if error.status in (404, 409):
-            return False
-        raise
-    return True

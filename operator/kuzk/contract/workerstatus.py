@@ -17,9 +17,9 @@ reason), ``idle`` with no lanes.
 
 Two kinds of figures ride on the writes lanes make anyway, so reading them costs no write:
 each lane's memory at its last write (``Memory``: the prover's resident host memory and the
-device memory it holds), and each GPU's time (``GpuTime``): every write adds the seconds since
-the GPU's ``accountedAt`` to the mode the GPU was in (``Worker.accounted``), so its busy and
-idle seconds are kept by the object, not by whoever reads it, and survive any reader's restart.
+device memory it holds), and each GPU's time by mode (``kuzk.contract.gputime``). What a lane
+means to the rest of kuzk (the partition state it shows, its rank for the GPU phase) is
+``kuzk.contract.lanes``.
 
 A lane writes only when its stage changes, never to say it is alive: whether its prover is
 alive is its pod's to say (the prover container's readiness and liveness probes, ``api.
@@ -27,19 +27,20 @@ pod_not_live_since``). The object learns it from the operator, which marks a lan
 stopped being live (``Lane.not_live_since``) and unmarks it when the pod is live again, in
 the same guarded write as its sweep: one write per change of liveness, none in steady state.
 So the object can tell the mode ``not_live`` from ``busy`` and ``cpu`` itself, and every
-write, whoever makes it, accounts a GPU's time by the same rule (``Worker.mode``).
+write, whoever makes it, accounts a GPU's time by the same rule (``gputime.gpu_mode``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from kuzk.contract import api
+from kuzk.contract.gputime import GpuTime, gpu_mode, read_time, stamp
 
 
 class LaneStage(StrEnum):
@@ -61,39 +62,12 @@ class WorkerState(StrEnum):
     GPU = "gpu"
 
 
-# The ProofJob partition state a lane's stage shows as: the engine's vocabulary, plus
-# ``committing`` for the CPU work after the GPU phase, so that a partition shows ``gpu`` only
-# while its lane holds the GPU.
-PARTITION_STATE = {
-    LaneStage.STARTING: api.SCHEDULED,
-    LaneStage.SYNTHESIZING: api.SYNTHESIZING,
-    LaneStage.SYNTH_DONE: api.SYNTH_DONE,
-    LaneStage.GPU: api.GPU,
-    LaneStage.COMMITTING: api.COMMITTING,
-}
-
+# How many lanes a GPU's worker lists at most, workers a WorkerStatus lists at most (a legacy
+# one lists every GPU of its node), and pods a worker remembers the sweep took the GPU phase
+# from (``Worker.remember``): the CRD's limits.
+MAX_LANES = 16
+MAX_WORKERS = 64
 PREVIOUS_PODS = 8
-
-# A GPU's time is in one mode at a time: ``busy`` while a live lane holds its GPU phase
-# (nothing else is busy), else idle for a reason the object itself tells: ``not_live`` (the
-# lane holding the GPU phase is not live, or no lane holds it and none of its lanes is live:
-# a hung prover, until its pod's liveness probe has it killed and its lane released),
-# ``cpu`` (lanes, none holding: starting, synthesizing, waiting or committing), ``no_lane``
-# (no lane: no work for it, or its work not here yet).
-BUSY, IDLE_CPU, IDLE_NOT_LIVE, IDLE_NO_LANE = "busy", "cpu", "not_live", "no_lane"
-IDLE_MODES = (IDLE_NO_LANE, IDLE_CPU, IDLE_NOT_LIVE)
-GPU_TIME_MODES = (BUSY, *IDLE_MODES)
-_GPU_TIME_FIELDS = {BUSY: "busySeconds", IDLE_CPU: "cpuSeconds",
-                    IDLE_NOT_LIVE: "notLiveSeconds", IDLE_NO_LANE: "noLaneSeconds"}
-# What releases before liveness called ``not_live``: lanes whose heartbeats had stopped.
-# Stored seconds and ledgers of theirs are read as ``not_live``.
-_FORMER_MODES = {"unknown": IDLE_NOT_LIVE}
-_FORMER_FIELDS = {"unknownSeconds": IDLE_NOT_LIVE}
-
-
-def gpu_time_mode(stored: str) -> str:
-    """The mode a stored name means, a former release's names included."""
-    return _FORMER_MODES.get(stored, stored)
 
 
 @dataclass(frozen=True)
@@ -153,30 +127,6 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class GpuTime:
-    """A GPU's seconds by mode (``GPU_TIME_MODES``) up to ``accounted_at``."""
-
-    seconds: tuple[tuple[str, float], ...] = ()
-    accounted_at: datetime | None = None
-
-    def of(self, mode: str) -> float:
-        return dict(self.seconds).get(mode, 0.0)
-
-    def plus(self, added: Mapping[str, float], at: datetime) -> GpuTime:
-        """These seconds plus ``added``, accounted up to ``at``."""
-        totals = {mode: round(self.of(mode) + added.get(mode, 0.0), 3)
-                  for mode in GPU_TIME_MODES}
-        return GpuTime(tuple(totals.items()), at)
-
-    def as_status(self) -> dict[str, Any]:
-        stored: dict[str, Any] = {_GPU_TIME_FIELDS[mode]: self.of(mode)
-                                  for mode in GPU_TIME_MODES}
-        if self.accounted_at is not None:
-            stored["accountedAt"] = _stamp(self.accounted_at)
-        return stored
-
-
-@dataclass(frozen=True)
 class Lane:
     """One partition pod on a GPU."""
 
@@ -207,12 +157,12 @@ class Lane:
             "attempt": self.attempt,
             "priority": self.priority,
             "stage": str(self.stage),
-            "since": _stamp(self.since),
+            "since": stamp(self.since),
         }
         if self.ready_at is not None:
-            lane["readyAt"] = _stamp(self.ready_at)
+            lane["readyAt"] = stamp(self.ready_at)
         if self.not_live_since is not None:
-            lane["notLiveSince"] = _stamp(self.not_live_since)
+            lane["notLiveSince"] = stamp(self.not_live_since)
         if self.memory is not None:
             lane["hostMemoryBytes"] = self.memory.host_bytes
             lane["deviceMemoryBytes"] = self.memory.device_bytes
@@ -227,7 +177,7 @@ class Holder:
     since: datetime
 
     def as_status(self) -> dict[str, Any]:
-        return {"pod": self.pod.as_status(), "since": _stamp(self.since)}
+        return {"pod": self.pod.as_status(), "since": stamp(self.since)}
 
 
 @dataclass(frozen=True)
@@ -241,7 +191,7 @@ class Worker:
     previous_pod_uids: tuple[str, ...] = ()
     completed: int = 0
     since: datetime | None = None
-    gpu_time: GpuTime = GpuTime()
+    gpu_time: GpuTime = field(default_factory=GpuTime)
 
     @property
     def state(self) -> WorkerState:
@@ -250,35 +200,16 @@ class Worker:
         return WorkerState.WAITING if self.lanes else WorkerState.IDLE
 
     def mode(self) -> str:
-        """The mode (``GPU_TIME_MODES``) this GPU is in: ``busy`` while its holder is live,
-        ``not_live`` while its holder is not or, with no holder, while none of its lanes is
-        live, ``cpu`` with lanes, else ``no_lane``. A lane is not live from the operator's
-        write that marks it (``kuzk.contract.workers.decide_sweep``), so every write, whoever makes
-        it, accounts the same seconds to the same mode."""
-        if self.holder is not None:
-            held = self.holding_lane()
-            return BUSY if held is None or held.live else IDLE_NOT_LIVE
-        if not self.lanes:
-            return IDLE_NO_LANE
-        return IDLE_CPU if any(lane.live for lane in self.lanes) else IDLE_NOT_LIVE
-
-    def open_seconds(self, now: datetime) -> dict[str, float]:
-        """The seconds from ``gpu_time.accounted_at`` to ``now`` by the mode this worker was
-        in (``mode``)."""
-        if self.gpu_time.accounted_at is None:
-            return {}
-        start, end = self.gpu_time.accounted_at.timestamp(), now.timestamp()
-        if end <= start:
-            return {}
-        return {self.mode(): end - start}
+        """The mode (``gputime.GPU_TIME_MODES``) this GPU is in, by its holder's and its
+        lanes' liveness (``gputime.gpu_mode``)."""
+        held = self.holding_lane()
+        holder_live = None if self.holder is None else held is None or held.live
+        return gpu_mode(holder_live, (lane.live for lane in self.lanes))
 
     def accounted(self, now: datetime) -> GpuTime:
-        """Its GPU time up to ``now``: what is stored plus ``open_seconds`` (a worker never
-        accounted starts counting at ``now``; a clock behind ``accountedAt`` adds nothing).
-        ``now`` is cut to the millisecond the stored timestamp keeps, so no write loses any."""
-        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
-        at = self.gpu_time.accounted_at
-        return self.gpu_time.plus(self.open_seconds(now), now if at is None else max(at, now))
+        """Its GPU time up to ``now``, the time since it was last accounted added to the mode
+        it was in (``GpuTime.accounted``)."""
+        return self.gpu_time.accounted(self.mode(), now)
 
     def lane(self, pod_uid: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.pod.uid == pod_uid), None)
@@ -335,7 +266,7 @@ class Worker:
         if self.previous_pod_uids:
             worker["previousPodUIDs"] = list(self.previous_pod_uids)
         if self.since is not None:
-            worker["since"] = _stamp(self.since)
+            worker["since"] = stamp(self.since)
         if self.gpu_time.accounted_at is not None:
             worker["gpuTime"] = self.gpu_time.as_status()
         return worker
@@ -373,24 +304,11 @@ class WorkerStatusModel:
             "lanes": sum(len(w.lanes) for w in self.workers),
             "workerCount": len(self.workers),
             "staleWritesRejected": self.stale_writes_rejected,
-            "updatedAt": _stamp(now),
+            "updatedAt": stamp(now),
         }
 
 
 # --- reading the stored form -----------------------------------------------------------
-def _stamp(moment: datetime) -> str:
-    return api.format_time(moment, millis=True)
-
-
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return api.parse_time(str(value))
-    except ValueError:
-        return None
-
-
 def _pod(value: Any) -> PodRef:
     pod = value if isinstance(value, Mapping) else {}
     return PodRef(str(pod.get("name") or ""), str(pod.get("uid") or ""))
@@ -398,7 +316,7 @@ def _pod(value: Any) -> PodRef:
 
 def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
     job = value.get("job") or {}
-    since = _time(value.get("since")) or fallback
+    since = read_time(value.get("since")) or fallback
     try:
         stage = LaneStage(str(value.get("stage") or LaneStage.STARTING))
     except ValueError:
@@ -416,22 +334,11 @@ def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
         priority=int(value.get("priority") or 0),
         stage=stage,
         since=since,
-        ready_at=_time(value.get("readyAt")),
-        not_live_since=_time(value.get("notLiveSince")),
+        ready_at=read_time(value.get("readyAt")),
+        not_live_since=read_time(value.get("notLiveSince")),
         memory=(None if value.get("hostMemoryBytes") is None else
                 Memory(int(value["hostMemoryBytes"]), int(value.get("deviceMemoryBytes") or 0))),
     )
-
-
-def _gpu_time(value: Any) -> GpuTime:
-    stored = value if isinstance(value, Mapping) else {}
-    at = _time(stored.get("accountedAt"))
-    if at is None:
-        return GpuTime()
-    seconds = {mode: float(stored.get(name) or 0.0) for mode, name in _GPU_TIME_FIELDS.items()}
-    for name, mode in _FORMER_FIELDS.items():
-        seconds[mode] += float(stored.get(name) or 0.0)
-    return GpuTime(tuple(seconds.items()), at)
 
 
 def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
@@ -447,14 +354,14 @@ def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
         ),
         lanes=tuple(_lane(lane, fallback) for lane in value.get("lanes") or []),
         holder=(
-            Holder(_pod(holder.get("pod")), _time(holder.get("since")) or fallback)
+            Holder(_pod(holder.get("pod")), read_time(holder.get("since")) or fallback)
             if isinstance(holder, Mapping)
             else None
         ),
         previous_pod_uids=tuple(str(u) for u in value.get("previousPodUIDs") or []),
         completed=int(value.get("completed") or 0),
-        since=_time(value.get("since")),
-        gpu_time=_gpu_time(value.get("gpuTime")),
+        since=read_time(value.get("since")),
+        gpu_time=GpuTime.from_status(value.get("gpuTime")),
     )
 
 
@@ -462,7 +369,7 @@ def parse(status: Mapping[str, Any] | None, fallback: datetime | None = None) ->
     """The model of a stored ``status`` (a missing one is empty). Times that are absent fall
     back to ``fallback`` (default: the status's ``updatedAt``, else the epoch)."""
     status = status or {}
-    updated = _time(status.get("updatedAt"))
+    updated = read_time(status.get("updatedAt"))
     base = fallback or updated or datetime.fromtimestamp(0, tz=UTC)
     return WorkerStatusModel(
         workers=tuple(_worker(w, base) for w in status.get("workers") or []),
@@ -477,14 +384,11 @@ def gpu_id(uuid: str) -> str:
     return hashlib.sha256(uuid.encode()).hexdigest()[:8]
 
 
-_NAME_MAX = 253
-
-
 def worker_status_name(node: str, uuid: str) -> str:
     """The name of the WorkerStatus of GPU ``uuid`` on ``node``: ``<node>-<gpu_id>`` (the
     node's name cut so that the whole stays a DNS subdomain)."""
     suffix = f"-{gpu_id(uuid)}"
-    return node[: _NAME_MAX - len(suffix)].rstrip(".-") + suffix
+    return node[: api.DNS_SUBDOMAIN_MAX - len(suffix)].rstrip(".-") + suffix
 
 
 def legacy(worker_status: Mapping[str, Any]) -> bool:
@@ -499,31 +403,11 @@ def node_of(worker_status: Mapping[str, Any]) -> str:
                or (worker_status.get("metadata") or {}).get("name", ""))
 
 
-def lane_priority(proof_kind: str) -> int:
-    """The rank a proof kind's lanes wait for the GPU with: the order of its PriorityClass
-    (a kind with a deadline before one without, a shorter deadline first)."""
-    ranked = sorted(
-        {d.active_deadline_seconds for d in api.PROOF_KINDS.values()},
-        key=lambda s: float("inf") if s is None else s,
-        reverse=True,
-    )
-    defaults = api.PROOF_KINDS.get(proof_kind)
-    if defaults is None:
-        return 0
-    return ranked.index(defaults.active_deadline_seconds)
-
-
 __all__ = [
-    "BUSY",
-    "GPU_TIME_MODES",
-    "IDLE_CPU",
-    "IDLE_MODES",
-    "IDLE_NOT_LIVE",
-    "IDLE_NO_LANE",
-    "PARTITION_STATE",
+    "MAX_LANES",
+    "MAX_WORKERS",
     "PREVIOUS_PODS",
     "Gpu",
-    "GpuTime",
     "Holder",
     "JobRef",
     "Lane",
@@ -534,8 +418,6 @@ __all__ = [
     "WorkerState",
     "WorkerStatusModel",
     "gpu_id",
-    "gpu_time_mode",
-    "lane_priority",
     "legacy",
     "node_of",
     "parse",

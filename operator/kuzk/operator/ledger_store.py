@@ -24,10 +24,13 @@ from urllib3.exceptions import HTTPError
 from kuzk.contract import api, ledger
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import Ledger, Tally
+from kuzk.contract.retry import Backoff
 
 log = logging.getLogger("kuzk.contract.ledger")
-CONFLICT_TRIES = 5
-RETRY_FIRST_S, RETRY_CAP_S = 1.0, 30.0
+# A fold reads the ledger again and folds again at once on a 409 (or a 404), up to 5 times.
+FOLD_CONFLICT_TRIES = 5
+# A batch of folds that failed is tried again after 1 s, doubling to 30 s, until it lands.
+FOLD_BACKOFF = Backoff(base=1.0, cap=30.0)
 
 
 class LedgerConflict(Exception):
@@ -57,7 +60,7 @@ class LedgerStore:
         error (or ``ValueError`` for a ConfigMap that holds no ledger) for the caller to
         retry."""
         moment = now or self.clock.now()
-        for _ in range(CONFLICT_TRIES):
+        for _ in range(FOLD_CONFLICT_TRIES):
             current, version = self._known or self._read()
             current = copy.deepcopy(current)  # _known stays as read until written
             added = sum(current.fold(uid, tally, moment) for uid, tally in entries)
@@ -122,21 +125,22 @@ class FoldQueue:
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="ledger")
 
     async def _drain(self) -> None:
-        delay = RETRY_FIRST_S
+        failures = 0
         while self.pending:
             batch = list(self.pending.items())
             try:
                 await asyncio.to_thread(self.store.fold, batch)
             except (ApiException, HTTPError, OSError, ValueError, LedgerConflict) as e:
+                failures += 1
+                delay = FOLD_BACKOFF.delay(failures)
                 log.warning("could not write the ledger %s/%s (%s); %d fold(s) wait, next try"
                             " in %.0f s", self.store.namespace, self.store.name, e,
                             len(batch), delay)
                 await self.store.clock.wait(delay)
-                delay = min(delay * 2, RETRY_CAP_S)
                 continue
             for uid, _ in batch:
                 self.pending.pop(uid, None)
-            delay = RETRY_FIRST_S
+            failures = 0
 
     async def close(self) -> None:
         """Write what waits, once, then stop."""

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from kuzk.contract import api, workerstatus
+from kuzk.contract import api
 from kuzk.contract.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
+from kuzk.contract.lanes import lane_views
 from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result
 from kuzk.operator.actions import ReleaseWorker
 
@@ -50,15 +51,12 @@ class Outcome:
 
 
 def worker_claims(workers: Iterable[Mapping[str, Any]]) -> dict[str, Claim]:
-    """Index the lanes of all WorkerStatuses by the pod UID they belong to; a lane's stage is
-    shown as the partition state ``workerstatus.PARTITION_STATE`` names."""
+    """Index the lanes of all WorkerStatuses by the pod UID they belong to, as a partition
+    sees them (``lanes.lane_views``)."""
     claims: dict[str, Claim] = {}
     for status_object in workers:
-        node = (status_object.get("spec") or {}).get("nodeName", "")
-        for worker in workerstatus.parse(status_object.get("status")).workers:
-            for lane in worker.lanes:
-                state = workerstatus.PARTITION_STATE[lane.stage]
-                claims[lane.pod.uid] = Claim(node, worker.id, state)
+        for uid, view in lane_views(status_object).items():
+            claims[uid] = Claim(view.node, view.worker, view.state)
     return claims
 
 

@@ -25,11 +25,13 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock, Timer
+from kuzk.contract.retry import Backoff
 
 log = logging.getLogger("kuzk.operator.peering")
 GROUP, VERSION = "kopf.dev", "v1"
 WATCH_TIMEOUT_S = 60
-RETRY_S = 2.0
+# A watch that broke lists and watches again after 2 s, however often it breaks.
+PEERING_BACKOFF = Backoff(base=2.0, cap=2.0)
 
 
 class PeeringError(Exception):
@@ -160,9 +162,11 @@ class PeerWatch:
         else:
             lister = self._custom.list_namespaced_custom_object
             args = (GROUP, VERSION, namespace, "kopfpeerings")
+        failures = 0
         while not self._stop.is_set():
             try:
                 listing = lister(*args, field_selector=f"metadata.name={name}")
+                failures = 0
                 for item in listing.get("items", []):
                     self._deliver(namespace, item)
                 version = listing["metadata"]["resourceVersion"]
@@ -177,7 +181,8 @@ class PeerWatch:
                     self._deliver(namespace, {} if event["type"] == "DELETED" else body)
             except (ApiException, HTTPError, OSError, ValueError) as error:
                 log.debug("peering watch of %s restarts: %s", name, error)
-                self._stop.wait(RETRY_S)
+                failures += 1
+                self._stop.wait(PEERING_BACKOFF.delay(failures))
 
     def _deliver(self, scope: str | None, body: Mapping[str, Any]) -> None:
         status = dict(body.get("status") or {})

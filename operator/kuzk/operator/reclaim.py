@@ -1,7 +1,7 @@
 """Finalizers and orphans: what the operator gives back when a partition pod ends or its job goes.
 
 A partition pod carries the ``kuzk.io/release-worker`` finalizer so that its lane on its GPU's
-WorkerStatus is released (the guarded write of ``kuzk.contract.workers``) before the pod and
+WorkerStatus is released (the guarded write of ``kuzk.contract.worker_writes``) before the pod and
 its identity are gone. ``Reclaimer.release`` makes that write and drops the finalizer;
 ``settle_orphan`` deletes and releases a pod whose ProofJob is gone; ``sweep`` releases the
 lanes of pods that ended without it and retires a per-node WorkerStatus of an earlier release.
@@ -20,7 +20,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kuzk.contract import api, workers
+from kuzk.contract import api, worker_writes, workers
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.operator.actions import ReleaseWorker
 from kuzk.operator.observe import controller_of, is_deleting, release_action, worker_outcome
@@ -72,7 +72,7 @@ class Reclaimer:
         if action.node:
             outcome = worker_outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
-            released = workers.release(self.api_client, action.node, ref, outcome,
+            released = worker_writes.release(self.api_client, action.node, ref, outcome,
                                        clock=self.clock)
             log.info(
                 "finalizer release of %s/%s on %s (%s): %s",
@@ -183,11 +183,11 @@ class Reclaimer:
         cached = worker_status or {}
         released = []
         if workers.decide_sweep(cached.get("status") or {}, live, now, not_live).status is not None:
-            released = workers.sweep(self.api_client, name, live, now, not_live,
+            released = worker_writes.sweep(self.api_client, name, live, now, not_live,
                                      clock=self.clock)
             for item in released:
                 log.info("sweep released %s on %s", item, name)
-        elif workers.retire_legacy(self.api_client, cached):
+        elif worker_writes.retire_legacy(self.api_client, cached):
             log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
                      " counters go to the ledger", name)
         return released

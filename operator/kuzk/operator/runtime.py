@@ -2,11 +2,11 @@
 
 It reads from memory fed by the watches (``kuzk.operator.caches``: Kopf's index of ProofJobs and the
 operator's own streams of pods and WorkerStatuses, ``kuzk.operator.streams``), decides which
-events matter, and drives the clock (``kuzk.contract.clock.WorkQueue``) whose
+events matter, and drives the work queue (``kuzk.operator.workqueue.WorkQueue``) whose
 runs call the blocking ``Controller`` in a thread. A steady-state sync makes no LIST and no
 GET: it spends API calls on writes, and a 409 tells it the cache was stale.
 
-Keys of the clock: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
+Keys of the work queue: ``("job", ns, name)`` syncs a ProofJob; ``("pod", ns, name)`` settles a
 partition pod whose ProofJob is gone; ``("sweep", name)`` is the sweep of a WorkerStatus
 (one GPU; a legacy one of a whole node is retired there once no lane is on it): periodic,
 and soon after a partition pod of its node stops or starts again being live (its Ready
@@ -35,12 +35,13 @@ from datetime import datetime
 from typing import Any
 
 from kuzk.contract import api, ledger, workerstatus
-from kuzk.contract.clock import Gone, WorkQueue
+from kuzk.contract.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches, JobKey, slim
 from kuzk.operator.controller import Body, Controller, JobGone, pods_of
 from kuzk.operator.ledger_store import FoldQueue
 from kuzk.operator.metrics import OperatorMetrics, Timer
-from kuzk.operator.observe import controller_of, sweep_outcome
+from kuzk.operator.observe import controlled_by, controller_of, is_deleting, sweep_outcome
+from kuzk.operator.workqueue import Gone, WorkQueue
 
 log = logging.getLogger("kuzk.operator.runtime")
 SWEEP_SECONDS = 30.0
@@ -49,30 +50,19 @@ SWEEP_SECONDS = 30.0
 # status write; the Job controller batches pod events the same way (syncJobBatchPeriod, 1 s).
 # A ProofJob's own events (created, spec changed, deleted) are handled at once.
 BATCH_SECONDS = 1.0
-Assignment = tuple[Any, ...]
 
 
-def assignments(worker_status: Mapping[str, Any] | None) -> dict[str, Assignment]:
-    """What a job's status shows of each lane, by pod UID: the partition state its stage
-    shows as, and its job (not its memory or liveness marks, which tell a job nothing)."""
-    out: dict[str, Assignment] = {}
-    for worker in workerstatus.parse((worker_status or {}).get("status")).workers:
-        for lane in worker.lanes:
-            state = workerstatus.PARTITION_STATE[lane.stage]
-            out[lane.pod.uid] = (worker.id, state, lane.job.namespace, lane.job.name)
-    return out
-
-
-def changed_jobs(old: Mapping[str, Assignment], new: Mapping[str, Assignment]) -> set[JobKey]:
-    """The jobs whose lanes' worker or shown state differ between two views."""
+def changed_jobs(old: Mapping[str, LaneView], new: Mapping[str, LaneView]) -> set[JobKey]:
+    """The jobs whose lanes' worker or shown state differ between two views of a WorkerStatus
+    (``lanes.lane_views``)."""
     jobs: set[JobKey] = set()
     for pod in old.keys() | new.keys():
         before, after = old.get(pod), new.get(pod)
         if before == after:
             continue
         for view in (before, after):
-            if view is not None and view[2] and view[3]:
-                jobs.add((view[2], view[3]))
+            if view is not None and view.job_namespace and view.job_name:
+                jobs.add((view.job_namespace, view.job_name))
     return jobs
 
 
@@ -126,7 +116,7 @@ class Runtime:
         self.metrics = metrics
         self.queue = WorkQueue(self._work, describe=_describe, clock=controller.clock)
         self.jobs: dict[JobKey, JobState] = {}
-        self.gpu_lanes: dict[str, dict[str, Assignment]] = {}  # WorkerStatus → its lanes
+        self.gpu_lanes: dict[str, dict[str, LaneView]] = {}  # WorkerStatus → its lanes
         self.paused = False  # by a higher-priority peer
         self.listed = True  # every stream has listed since the last hold
         self.jobs_indexed = True  # Kopf's index of ProofJobs has listed once
@@ -197,7 +187,7 @@ class Runtime:
         self._watch_liveness(event, pod)
         owner = controller_of(pod)
         job = self.caches.job(ns, owner["name"]) if owner else None
-        if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
+        if owner and job and controlled_by(pod, (job.get("metadata") or {}).get("uid", "")):
             self.queue.later(("job", ns, owner["name"]), BATCH_SECONDS)
         elif event == "DELETED":
             self.queue.forget(("pod", ns, name))
@@ -223,7 +213,7 @@ class Runtime:
 
     def on_worker_status(self, event: str | None, name: str, body: Mapping[str, Any]) -> None:
         old = self.gpu_lanes.pop(name, {})
-        new = assignments(body) if event != "DELETED" else {}
+        new = lane_views(body) if event != "DELETED" else {}
         if event == "DELETED":
             self.queue.forget(("sweep", name))
             if self.folds is not None:
@@ -247,7 +237,7 @@ class Runtime:
         elif was:
             log.info("resumed: the streams list again, then every object gets a look")
 
-    # --- the clock's work ----------------------------------------------------------------
+    # --- the queue's work ----------------------------------------------------------------
     async def _work(self, key: Hashable) -> float | None:
         assert isinstance(key, tuple)
         kind, *rest = key
@@ -292,11 +282,11 @@ class Runtime:
             raise Gone
         owner = controller_of(pod)
         job = self.caches.job(namespace, owner["name"]) if owner else None
-        if owner and job and (job.get("metadata") or {}).get("uid") == owner.get("uid"):
+        if owner and job and controlled_by(pod, (job.get("metadata") or {}).get("uid", "")):
             self.queue.kick(("job", namespace, owner["name"]))
             raise Gone
         delay = await asyncio.to_thread(self.controller.settle_orphan, pod)
-        if delay is None and owner and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if delay is None and owner and not is_deleting(pod):
             # Its job exists after all (the cache had not seen it yet): the job's sync owns it.
             self.queue.kick(("job", namespace, owner["name"]))
         return delay

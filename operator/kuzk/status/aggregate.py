@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuzk.contract import api, workerstatus
+from kuzk.contract import api, gputime, lanes, workerstatus
 from kuzk.contract.api import (
     COMMITTING,
     DONE,
@@ -114,7 +114,7 @@ def shown_state(state: str, lane: tuple[workerstatus.Worker, workerstatus.Lane] 
     if lane is not None:
         worker, held = lane
         holding = worker.holder is not None and worker.holder.pod.uid == held.pod.uid
-        return GPU if holding else workerstatus.PARTITION_STATE[held.stage]
+        return GPU if holding else lanes.PARTITION_STATE[held.stage]
     return COMMITTING if state == GPU else state
 
 
@@ -234,9 +234,9 @@ def gpu_worker(wn: WorkerNode, w: workerstatus.Worker, snap: Snapshot,
         "completed": w.completed,
         "busy_fraction_10m": _fraction(busy, now - start),
         **memory(w.lanes),
-        "busy_seconds_total": _secs(seconds.get(workerstatus.BUSY, 0.0)),
+        "busy_seconds_total": _secs(seconds.get(gputime.BUSY, 0.0)),
         "idle_seconds_total": {reason: _secs(seconds.get(reason, 0.0))
-                               for reason in workerstatus.IDLE_MODES},
+                               for reason in gputime.IDLE_MODES},
         "busy_strip_10m": strip(track, snap.history.started, now),
         "idle_strip_10m": idle_strip(track, snap.history.started, now),
         "resource_version": wn.resource_version,

@@ -26,14 +26,14 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kuzk.contract import workerstatus
+from kuzk.contract import gputime, workerstatus
 from kuzk.status.objects import Job, WorkerNode
 
 WINDOW_S = 600.0
 STRIP_CELLS = 20
 
 
-BUSY, CPU, NOT_LIVE = workerstatus.BUSY, workerstatus.IDLE_CPU, workerstatus.IDLE_NOT_LIVE
+BUSY, CPU, NOT_LIVE = gputime.BUSY, gputime.IDLE_CPU, gputime.IDLE_NOT_LIVE
 SCHEDULING, NO_WORK = "scheduling", "no_work"
 IDLE_REASONS = (NO_WORK, SCHEDULING, CPU, NOT_LIVE)
 
@@ -70,7 +70,7 @@ def mode_of(worker: workerstatus.Worker, scheduling: bool) -> str:
     GPUs with lanes are the object's own (``workerstatus.Worker.mode``), the ones its stored
     seconds count."""
     mode = worker.mode()
-    if mode == workerstatus.IDLE_NO_LANE:
+    if mode == gputime.IDLE_NO_LANE:
         return SCHEDULING if scheduling else NO_WORK
     return mode
 

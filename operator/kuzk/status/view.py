@@ -29,8 +29,8 @@ from typing import Any
 from kuzk.contract import ledger
 from kuzk.contract.api import PENDING, PHASE_SUSPENDED, SCHEDULED
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
+from kuzk.contract.gputime import GPU_TIME_MODES
 from kuzk.contract.ledger import GpuKey, Ledger, Tally
-from kuzk.contract.workerstatus import GPU_TIME_MODES
 from kuzk.status import objects
 from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
 from kuzk.status.document import StatusDocument
@@ -221,7 +221,7 @@ class StatusView:
         return shown
 
     def gpu_seconds(self, now: float) -> dict[GpuKey, dict[str, float]]:
-        """Each GPU's seconds by mode (``workerstatus.GPU_TIME_MODES``): what its WorkerStatus
+        """Each GPU's seconds by mode (``gputime.GPU_TIME_MODES``): what its WorkerStatus
         accounted plus the mode it is in since, up to ``open_mode_lag`` before ``now``
         (``Worker.accounted``), or what the ledger kept of a deleted one; never less than this
         server has shown (a write that took longer than the lag to arrive)."""

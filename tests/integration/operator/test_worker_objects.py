@@ -20,7 +20,8 @@ from kubernetes.client.rest import ApiException
 from kuzk.contract import api, ledger
 from kuzk.contract.crds import all_crds, workerstatus_crd
 from kuzk.contract.logs import KEYS
-from kuzk.contract.workers import Gpu, WriteDecision, guarded_write, join, leave
+from kuzk.contract.worker_writes import guarded_write, join, leave
+from kuzk.contract.workers import Gpu, WriteDecision
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.workers.conftest import delete_node, new_assignment

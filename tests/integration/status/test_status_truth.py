@@ -85,7 +85,7 @@ class Agreement:
     gpu_shown: int = 0
 
 
-# A lane's stage, as the partition state it shows (``workerstatus.PARTITION_STATE``).
+# A lane's stage, as the partition state it shows (``lanes.PARTITION_STATE``).
 SHOWN = {"starting": "scheduled", "committing": "committing"}
 
 

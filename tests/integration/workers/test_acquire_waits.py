@@ -17,18 +17,8 @@ from typing import Any
 
 from kubernetes import client
 
-from kuzk.contract.workers import (
-    Acquired,
-    Assignment,
-    Gpu,
-    acquire,
-    claim,
-    join,
-    release,
-    release_gpu,
-    stage,
-    sweep,
-)
+from kuzk.contract.worker_writes import acquire, claim, join, release, release_gpu, stage, sweep
+from kuzk.contract.workers import Acquired, Assignment, Gpu
 from kuzk.contract.workerstatus import worker_status_name
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for

@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from kuzk.contract import api as kapi
-from kuzk.contract.workers import sweep
+from kuzk.contract.worker_writes import sweep
 from kuzk.contract.workerstatus import worker_status_name
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for

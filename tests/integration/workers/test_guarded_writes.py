@@ -21,18 +21,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api as kapi
-from kuzk.contract.workers import (
-    Assignment,
-    Gpu,
-    PodRef,
-    Released,
+from kuzk.contract.worker_writes import (
     WorkerStatusMissing,
     WorkerWriteConflict,
-    WriteDecision,
     acquire,
     claim,
     create_worker_status,
-    decide_release_gpu,
     guarded_write,
     join,
     leave,
@@ -40,6 +34,14 @@ from kuzk.contract.workers import (
     release_gpu,
     stage,
     sweep,
+)
+from kuzk.contract.workers import (
+    Assignment,
+    Gpu,
+    PodRef,
+    Released,
+    WriteDecision,
+    decide_release_gpu,
 )
 from kuzk.contract.workerstatus import gpu_id, worker_status_name
 from testenv.cluster import Cluster
@@ -81,7 +83,7 @@ def test_stale_stage_writes_are_refused_and_counted(
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk.contract.workers")
+    caplog.set_level(logging.INFO, logger="kuzk.contract.worker_writes")
     node = worker_status()
     a, b = make_assignment(partition=1), make_assignment(partition=2)
     name = join(admin, node, GPUS[0], a)

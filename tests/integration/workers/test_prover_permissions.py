@@ -23,7 +23,8 @@ from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api as kapi
-from kuzk.contract.workers import Gpu, join
+from kuzk.contract.worker_writes import join
+from kuzk.contract.workers import Gpu
 from kuzk.contract.workerstatus import worker_status_name
 from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet

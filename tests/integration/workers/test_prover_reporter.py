@@ -20,7 +20,8 @@ import pytest
 from kubernetes import client, watch
 
 from kuzk.contract import api
-from kuzk.contract.workers import Gpu, sweep
+from kuzk.contract.worker_writes import sweep
+from kuzk.contract.workers import Gpu
 from kuzk.contract.workerstatus import worker_status_name
 from kuzk_prover.reporter import ProverReporter
 from testenv.cluster import Cluster

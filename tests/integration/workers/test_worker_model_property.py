@@ -17,16 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from kuzk.contract.workers import (
-    Assignment,
-    Gpu,
+from kuzk.contract.worker_writes import (
     acquire,
-    decide_acquire,
-    decide_join,
-    decide_release,
-    decide_release_gpu,
-    decide_stage,
-    decide_sweep,
     join,
     leave,
     node_worker_statuses,
@@ -34,6 +26,16 @@ from kuzk.contract.workers import (
     release_gpu,
     stage,
     sweep,
+)
+from kuzk.contract.workers import (
+    Assignment,
+    Gpu,
+    decide_acquire,
+    decide_join,
+    decide_release,
+    decide_release_gpu,
+    decide_stage,
+    decide_sweep,
 )
 from kuzk.contract.workerstatus import parse, worker_status_name
 from tests.integration.workers.conftest import delete_node, new_assignment

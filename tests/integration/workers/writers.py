@@ -27,10 +27,7 @@ from typing import Any, TypeVar
 
 from kubernetes import config
 
-from kuzk.contract.workers import (
-    Acquired,
-    Assignment,
-    Gpu,
+from kuzk.contract.worker_writes import (
     WorkerWriteConflict,
     acquire,
     join,
@@ -39,6 +36,7 @@ from kuzk.contract.workers import (
     release_gpu,
     stage,
 )
+from kuzk.contract.workers import Acquired, Assignment, Gpu
 from kuzk.contract.workerstatus import worker_status_name
 
 DIED_SHARE = 0.1  # of the partitions whose prover dies, released by the finalizer

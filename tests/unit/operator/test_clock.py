@@ -9,13 +9,13 @@ from collections.abc import Hashable
 
 import pytest
 
-from kuzk.contract.clock import BACKOFF_BASE_S, BACKOFF_CAP_S, Gone, WorkQueue, backoff
+from kuzk.operator.workqueue import RUN_BACKOFF, Gone, WorkQueue
 from tests.manual_clock import ManualClock, settle
 
 
 def test_backoff_grows_is_capped_and_jittered() -> None:
-    first = [backoff(1, base=0.5, cap=8) for _ in range(200)]
-    late = [backoff(12, base=0.5, cap=8) for _ in range(200)]
+    first = [RUN_BACKOFF.delay(1) for _ in range(200)]
+    late = [RUN_BACKOFF.delay(12) for _ in range(200)]
     assert all(0.25 <= d <= 0.5 for d in first)
     assert all(4 <= d <= 8 for d in late)
     assert len(set(late)) > 100
@@ -61,7 +61,7 @@ async def test_failures_are_retried_with_growing_backoff_until_success() -> None
     await settle()
     for failures in range(1, 6):
         assert calls == failures
-        ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1))
+        ceiling = min(RUN_BACKOFF.cap, RUN_BACKOFF.base * 2 ** (failures - 1))
         (retry,) = clock.pending()
         assert ceiling / 2 <= retry <= ceiling, (failures, retry)
         clock.advance(retry - 0.01)
@@ -92,7 +92,7 @@ async def test_an_unexpected_error_is_retried_too(caplog: pytest.LogCaptureFixtu
     queue.kick("job")
     await settle()
     assert "retry 1" in caplog.text
-    clock.advance(BACKOFF_BASE_S)
+    clock.advance(RUN_BACKOFF.base)
     await settle()
     assert calls == 2
     assert queue.tracked() == []

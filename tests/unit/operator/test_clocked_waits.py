@@ -13,7 +13,7 @@ from kubernetes import client
 
 from kuzk.contract import api
 from kuzk.contract.ledger import Tally
-from kuzk.operator.ledger_store import RETRY_FIRST_S, FoldQueue, LedgerStore
+from kuzk.operator.ledger_store import FOLD_BACKOFF, FoldQueue, LedgerStore
 from kuzk.operator.peering import Peering, PeerWatch
 from tests.manual_clock import ManualClock, settle
 
@@ -65,13 +65,13 @@ async def test_a_failed_fold_is_tried_again_with_backoff_until_it_lands() -> Non
     store = FlakyLedger(clock, failures=2)
     folds = FoldQueue(store)
     folds.add("uid-a", Tally(stale_writes_rejected=1))
-    await until(lambda: clock.pending() == [RETRY_FIRST_S], "the first retry on the clock")
+    await until(lambda: clock.pending() == [FOLD_BACKOFF.base], "the first retry on the clock")
     assert store.tries == [0.0]
-    clock.advance(RETRY_FIRST_S)
-    await until(lambda: clock.pending() == [2 * RETRY_FIRST_S], "the second, doubled")
+    clock.advance(FOLD_BACKOFF.base)
+    await until(lambda: clock.pending() == [2 * FOLD_BACKOFF.base], "the second, doubled")
     assert store.tries == [0.0, 1.0]
     folds.add("uid-b", Tally(stale_writes_rejected=2))
-    clock.advance(2 * RETRY_FIRST_S)
+    clock.advance(2 * FOLD_BACKOFF.base)
     await until(lambda: not folds.pending, "the folds to land")
     assert store.tries == [0.0, 1.0, 3.0]
     assert sorted(store.landed) == ["uid-a", "uid-b"], "one batch, with what came meanwhile"

@@ -11,11 +11,13 @@ from typing import Any
 from kubernetes import client
 
 from kuzk.contract import api
+from kuzk.contract.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches
 from kuzk.operator.controller import Controller
+from kuzk.operator.observe import Claim, worker_claims
 from kuzk.operator.peering import outranked
 from kuzk.operator.pods import PodSettings
-from kuzk.operator.runtime import JobState, Runtime, assignments, changed_jobs
+from kuzk.operator.runtime import JobState, Runtime, changed_jobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -33,9 +35,19 @@ def proving(job: str, pod: str, stage: str = "starting", live: bool = True) -> d
     return {"id": "W0", "lanes": [lane]}
 
 
+def test_the_operator_reads_one_view_of_a_lane() -> None:
+    """The sync's claims and the runtime's event filter read a lane the same way: its node,
+    worker and job, and the partition state its stage shows as."""
+    status = ws(proving("a", "p1", "starting"), proving("b", "p2", "committing"))
+    assert lane_views(status) == {"p1": LaneView("n1", "W0", api.SCHEDULED, "ns", "a"),
+                                  "p2": LaneView("n1", "W0", api.COMMITTING, "ns", "b")}
+    assert worker_claims([status, ws()]) == {"p1": Claim("n1", "W0", api.SCHEDULED),
+                                             "p2": Claim("n1", "W0", api.COMMITTING)}
+
+
 def test_a_liveness_mark_syncs_no_job() -> None:
-    before = assignments(ws(proving("a", "p1", "gpu")))
-    after = assignments(ws(proving("a", "p1", "gpu", live=False)))
+    before = lane_views(ws(proving("a", "p1", "gpu")))
+    after = lane_views(ws(proving("a", "p1", "gpu", live=False)))
     assert changed_jobs(before, after) == set()
 
 
@@ -87,24 +99,24 @@ def test_a_pod_is_not_live_once_its_ready_condition_turned_false_after_its_start
 
 
 def test_a_stage_change_syncs_its_job() -> None:
-    before = assignments(ws(proving("a", "p1", "synthesizing")))
-    after = assignments(ws(proving("a", "p1", "gpu")))
+    before = lane_views(ws(proving("a", "p1", "synthesizing")))
+    after = lane_views(ws(proving("a", "p1", "gpu")))
     assert changed_jobs(before, after) == {("ns", "a")}
 
 
 def test_a_new_assignment_syncs_the_old_and_the_new_job() -> None:
-    before = assignments(ws(proving("a", "p1", "gpu")))
-    after = assignments(ws(proving("b", "p2")))
+    before = lane_views(ws(proving("a", "p1", "gpu")))
+    after = lane_views(ws(proving("b", "p2")))
     assert changed_jobs(before, after) == {("ns", "a"), ("ns", "b")}
 
 
 def test_a_release_syncs_the_job_and_a_new_object_syncs_what_it_names() -> None:
     idle = {"id": "W0", "lanes": []}
-    assert changed_jobs(assignments(ws(proving("a", "p1", "gpu"))), assignments(ws(idle))) == {
+    assert changed_jobs(lane_views(ws(proving("a", "p1", "gpu"))), lane_views(ws(idle))) == {
         ("ns", "a")
     }
-    assert changed_jobs({}, assignments(ws(proving("a", "p1")))) == {("ns", "a")}
-    assert changed_jobs({}, assignments(ws(idle))) == set()
+    assert changed_jobs({}, lane_views(ws(proving("a", "p1")))) == {("ns", "a")}
+    assert changed_jobs({}, lane_views(ws(idle))) == set()
 
 
 def test_the_written_job_stands_in_until_the_watch_catches_up() -> None:

@@ -8,8 +8,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract import api
-from kuzk.contract.clock import Gone
 from kuzk.operator.metrics import OperatorMetrics, Timer
+from kuzk.operator.workqueue import Gone
 
 
 def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -7,6 +7,8 @@ from typing import Any
 
 from kuzk.contract import api, ledger
 from kuzk.contract import workerstatus as ws
+from kuzk.contract.gputime import GpuTime
+from kuzk.contract.lanes import lane_priority
 
 T0 = 1_800_000_000.0  # the tables' clock: seconds since the epoch
 
@@ -53,7 +55,7 @@ def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int 
     return ws.Lane(
         pod=ws.PodRef(f"{job}-p{partition}-a{attempt}", f"pod-{job}-{partition}-{attempt}"),
         job=ws.JobRef(namespace, job, f"uid-{job}", kind),
-        partition=partition, attempt=attempt, priority=ws.lane_priority(kind),
+        partition=partition, attempt=attempt, priority=lane_priority(kind),
         stage=ws.LaneStage(stage), since=at(since),
         ready_at=None if ready is None else at(ready),
         not_live_since=None if not_live is None else at(not_live))
@@ -78,7 +80,7 @@ def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: 
             holder = ws.Holder(own[0].pod, at(since))
     return ws.Worker(id=wid, gpu=ws.Gpu(uuid or f"GPU-{wid.lower()}"),
                      lanes=(*own, *lanes), holder=holder, completed=completed, since=at(since),
-                     gpu_time=ws.GpuTime(accounted_at=at(since)))
+                     gpu_time=GpuTime(accounted_at=at(since)))
 
 
 def workerstatus(node: str, *workers: ws.Worker, stale: int = 0,

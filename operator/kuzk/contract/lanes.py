@@ -1,0 +1,79 @@
+"""What a lane (``workerstatus.Lane``: one partition pod on a GPU) means to the rest of kuzk: the
+partition state each of its stages shows as, the stages its prover writes itself, its rank
+when lanes wait for the GPU phase, and the view of a WorkerStatus's lanes that a ProofJob's
+partitions are decided and woken from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kuzk.contract import api
+from kuzk.contract.workerstatus import LaneStage, parse
+
+# The ProofJob partition state a lane's stage shows as: the engine's vocabulary, plus
+# ``committing`` for the CPU work after the GPU phase, so that a partition shows ``gpu`` only
+# while its lane holds the GPU.
+PARTITION_STATE = {
+    LaneStage.STARTING: api.SCHEDULED,
+    LaneStage.SYNTHESIZING: api.SYNTHESIZING,
+    LaneStage.SYNTH_DONE: api.SYNTH_DONE,
+    LaneStage.GPU: api.GPU,
+    LaneStage.COMMITTING: api.COMMITTING,
+}
+
+# The stages a prover reports itself (``workers.decide_stage``); ``starting`` is its join, the
+# GPU phase and the commitment after it are its acquire and its GPU release.
+REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
+
+# The PriorityClasses the proof kinds default to (``api.PROOF_KINDS``), lowest first: the
+# chart creates them with ascending values (``priorityClasses`` in its values.yaml).
+PRIORITY_CLASSES = ("kuzk-normal", "kuzk-high", "kuzk-critical")
+
+
+def lane_priority(proof_kind: str) -> int:
+    """The rank a proof kind's lanes wait for the GPU phase with (higher first): the index in
+    ``PRIORITY_CLASSES`` of the PriorityClass the kind defaults to; 0 for a kind kuzk does not
+    know. A ProofJob's own ``spec.prover.priorityClassName`` does not change it: a prover knows
+    its proof kind from its env, and cannot read its pod's priority through the downward API."""
+    defaults = api.PROOF_KINDS.get(proof_kind)
+    if defaults is None:
+        return 0
+    return PRIORITY_CLASSES.index(defaults.priority_class_name)
+
+
+@dataclass(frozen=True)
+class LaneView:
+    """What a ProofJob's partition sees of a lane: the node and worker (GPU) it is on, the
+    partition state its stage shows as (``PARTITION_STATE``), and its job; not its memory or
+    liveness marks, which tell a job nothing."""
+
+    node: str
+    worker: str
+    state: str
+    job_namespace: str
+    job_name: str
+
+
+def lane_views(worker_status: Mapping[str, Any] | None) -> dict[str, LaneView]:
+    """The lanes of one WorkerStatus object, by the UID of their pod."""
+    worker_status = worker_status or {}
+    node = str((worker_status.get("spec") or {}).get("nodeName") or "")
+    return {
+        lane.pod.uid: LaneView(node, worker.id, PARTITION_STATE[lane.stage],
+                               lane.job.namespace, lane.job.name)
+        for worker in parse(worker_status.get("status")).workers
+        for lane in worker.lanes
+    }
+
+
+__all__ = [
+    "PARTITION_STATE",
+    "PRIORITY_CLASSES",
+    "REPORTED_STAGES",
+    "LaneView",
+    "lane_priority",
+    "lane_views",
+]

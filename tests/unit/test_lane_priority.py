@@ -1,0 +1,72 @@
+"""A lane's rank for the GPU phase (``kuzk.contract.lanes.lane_priority``) and the PriorityClasses
+the chart creates order the proof kinds the same way: the class values come from the chart as
+``helm template`` renders it, or, without helm, from its values.yaml through the template's
+table of class names."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+import yaml
+
+from kuzk.contract import api
+from kuzk.contract.lanes import PRIORITY_CLASSES, lane_priority
+from testenv import binaries
+from tests.unit.test_chart import CHART, render
+
+TEMPLATE = "templates/priorityclasses.yaml"
+
+
+def _rendered() -> dict[str, int] | None:
+    """Each PriorityClass's value as helm renders the chart; None without helm."""
+    try:
+        docs = render(extra=("--show-only", TEMPLATE))
+    except binaries.MissingBinaryError:
+        return None
+    return {d["metadata"]["name"]: int(d["value"]) for d in docs}
+
+
+def _from_values() -> dict[str, int]:
+    """Each PriorityClass's value as values.yaml sets it, named as the template names it."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["priorityClasses"]
+    table = re.findall(r'"(kuzk-[a-z]+)" \$pc\.(\w+)', (CHART / TEMPLATE).read_text())
+    assert table, f"no class table in {TEMPLATE}"
+    return {name: int(values[key]) for name, key in table}
+
+
+@pytest.fixture(scope="module")
+def class_values() -> dict[str, int]:
+    return _rendered() or _from_values()
+
+
+def test_the_rule_ranks_every_class_the_chart_creates(class_values: dict[str, int]) -> None:
+    assert set(PRIORITY_CLASSES) == set(class_values)
+    assert {d.priority_class_name for d in api.PROOF_KINDS.values()} <= set(PRIORITY_CLASSES)
+
+
+def test_the_ranks_ascend_with_the_chart_values(class_values: dict[str, int]) -> None:
+    values = [class_values[name] for name in PRIORITY_CLASSES]
+    assert values == sorted(values) and len(set(values)) == len(values), class_values
+
+
+def test_lanes_order_the_proof_kinds_as_their_priority_classes_do(
+        class_values: dict[str, int]) -> None:
+    def value(kind: str) -> int:
+        return class_values[api.PROOF_KINDS[kind].priority_class_name]
+
+    for a, b in itertools.permutations(api.PROOF_KINDS, 2):
+        assert (lane_priority(a) > lane_priority(b)) == (value(a) > value(b)), (a, b)
+        assert (lane_priority(a) == lane_priority(b)) == (value(a) == value(b)), (a, b)
+
+
+def test_the_values_yaml_and_the_rendered_chart_agree() -> None:
+    rendered = _rendered()
+    if rendered is None:
+        pytest.skip("helm is not built here")
+    assert rendered == _from_values()
+
+
+def test_a_kind_kuzk_does_not_know_waits_last() -> None:
+    assert lane_priority("no-such-kind") == 0 == min(map(lane_priority, api.PROOF_KINDS))
