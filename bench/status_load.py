@@ -56,6 +56,7 @@ if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the pac
     sys.path.insert(0, str(ROOT))
 
 from kuzk.contract import api, workerstatus  # noqa: E402
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE  # noqa: E402
 from kuzk.contract.listwatch import KubeClient  # noqa: E402
 from kuzk.status.aggregate import Filters  # noqa: E402
 from kuzk.status.view import StatusView  # noqa: E402
@@ -132,7 +133,7 @@ def populate(cluster: Cluster, args: argparse.Namespace) -> None:
     def make_node(i: int) -> None:
         name = f"gpu-{i}"
         core.create_node({"metadata": {"name": name}})
-        amounts = {"nvidia.com/gpu": str(args.gpus), "cpu": "64", "memory": "512Gi",
+        amounts = {DEFAULT_GPU_RESOURCE: str(args.gpus), "cpu": "64", "memory": "512Gi",
                    "pods": "110"}
         core.patch_node_status(name, {"status": {"capacity": amounts, "allocatable": amounts}})
         for gpu, status in worker_status(i, args.gpus, args.jobs):

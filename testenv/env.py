@@ -17,7 +17,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from testenv.gpus import GPU_RESOURCE, AdmissionError, requested_gpus
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
+from testenv.gpus import AdmissionError, requested_gpus
 
 if TYPE_CHECKING:
     from testenv.kubelet import ProcessKubelet
@@ -173,7 +174,8 @@ class PodEnvironment:
         if gpus:
             got = self.kubelet.allocate_gpus(self.node, self.uid, gpus)
             if got is None:
-                msg = f"Allocate failed: requested {gpus} {GPU_RESOURCE}, none free on {self.node}"
+                msg = (f"Allocate failed: requested {gpus} {DEFAULT_GPU_RESOURCE}, none free on"
+                       f" {self.node}")
                 raise AdmissionError(msg)
             self.gpus = got
             env["NVIDIA_VISIBLE_DEVICES"] = ",".join(got)

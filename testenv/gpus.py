@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-GPU_RESOURCE = "nvidia.com/gpu"
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 
 
 class AdmissionError(Exception):
@@ -44,8 +44,7 @@ def requested_gpus(pod: dict[str, Any]) -> int:
     total = 0
     for c in pod["spec"].get("containers", []):
         res = c.get("resources") or {}
-        value = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(
-            GPU_RESOURCE
-        )
+        value = ((res.get("limits") or {}).get(DEFAULT_GPU_RESOURCE)
+                 or (res.get("requests") or {}).get(DEFAULT_GPU_RESOURCE))
         total += int(value or 0)
     return total

@@ -11,7 +11,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from testenv.gpus import GPU_RESOURCE, gpu_uuid
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
+from testenv.gpus import gpu_uuid
 from testenv.kubeapi import now
 
 HEARTBEAT_SECONDS = 10.0
@@ -56,7 +57,7 @@ def node_status(spec: NodeSpec, started: str) -> dict[str, Any]:
     """The node's status as its kubelet reports it: Ready since ``started``, capacity GPUs x
     replicas."""
     resources = {"cpu": spec.cpu, "memory": spec.memory, "pods": spec.pods,
-                 GPU_RESOURCE: str(spec.gpus * spec.replicas), "ephemeral-storage": "100Gi"}
+                 DEFAULT_GPU_RESOURCE: str(spec.gpus * spec.replicas), "ephemeral-storage": "100Gi"}
     t = now()
     cond = [
         {"type": "Ready", "status": "True", "reason": "KubeletReady",

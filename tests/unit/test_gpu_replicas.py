@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from testenv.gpus import GPU_RESOURCE, pick_replicas
+from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
+from testenv.gpus import pick_replicas
 from testenv.kubeapi import now
 from testenv.kubelet import ProcessKubelet
 from testenv.nodes import NodeSpec, node_status
@@ -114,5 +115,5 @@ def test_one_replica_the_kubelet_gives_one_pod_per_gpu(tmp_path: Path) -> None:
 def test_capacity_is_gpus_times_replicas(tmp_path: Path, replicas: int, advertised: str) -> None:
     spec = NodeSpec("gpu-1", gpus=2, replicas=replicas)
     status = node_status(spec, now())
-    assert status["capacity"][GPU_RESOURCE] == advertised
-    assert status["allocatable"][GPU_RESOURCE] == advertised
+    assert status["capacity"][DEFAULT_GPU_RESOURCE] == advertised
+    assert status["allocatable"][DEFAULT_GPU_RESOURCE] == advertised
