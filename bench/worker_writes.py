@@ -57,7 +57,7 @@ from kubernetes import client, config
 
 from kuzk.contract import api as kapi
 from kuzk.contract import worker_writes, workers
-from kuzk.contract.crds import workerstatus_crd
+from kuzk.contract.crd_workerstatus import workerstatus_crd
 from kuzk.contract.worker_writes import guarded_write
 from kuzk.contract.workers import Assignment, Gpu, PodRef, WriteDecision
 from kuzk.contract.workerstatus import worker_status_name

@@ -1,13 +1,16 @@
-"""Small builders for structural OpenAPI v3 schemas, each requiring a description.
+"""Small builders for structural OpenAPI v3 schemas, each requiring a description, and
+``kuzk_crd``, which wraps a spec and a status schema into a CRD of kuzk's group.
 
-They keep kuzk.contract.crds readable as a list of fields, and make "every field is described" a
-property of how a field is written rather than a rule to remember.
+They keep ``crd_proofjob`` and ``crd_workerstatus`` readable as lists of fields, and make "every
+field is described" a property of how a field is written rather than a rule to remember.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from kuzk.contract import api
 
 # The Kubernetes resource.Quantity syntax, as controller-gen writes it.
 QUANTITY_PATTERN = (
@@ -151,3 +154,65 @@ def immutable_once_set(field: str, *, strict: bool = False) -> dict[str, str]:
         return rule(expression, f"{field} is immutable", f".{field}")
     expression = f"!has(oldSelf.{field}) || (has(self.{field}) && {same})"
     return rule(expression, f"{field} is immutable once set", f".{field}")
+
+
+def kuzk_crd(
+    kind: str,
+    plural: str,
+    singular: str,
+    short_name: str,
+    scope: str,
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    columns: list[dict[str, Any]],
+    root_rules: Sequence[dict[str, Any]] = (),
+    selectable_fields: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A CRD of kuzk's group (``kuzk.io``, version v1alpha1, category kuzk): one served
+    version with a status subresource, an Age column after ``columns``, and the schema of
+    ``spec`` and ``status`` under a root that requires spec."""
+    root = obj(
+        description,
+        {
+            "apiVersion": string("Versioned schema of this object: kuzk.io/v1alpha1."),
+            "kind": string(f"The REST resource kind: {kind}."),
+            # The API server owns metadata's schema and refuses one with a description.
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        required=["spec"],
+    )
+    if root_rules:
+        root = with_rules(root, *root_rules)
+    age = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{api.GROUP}"},
+        "spec": {
+            "group": api.GROUP,
+            "scope": scope,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": [short_name],
+                "categories": [api.CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [*columns, age],
+                    "schema": {"openAPIV3Schema": root},
+                    **({"selectableFields": [{"jsonPath": p} for p in selectable_fields]}
+                       if selectable_fields else {}),
+                }
+            ],
+        },
+    }

@@ -18,7 +18,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api, ledger
-from kuzk.contract.crds import all_crds, workerstatus_crd
+from kuzk.contract.crd_workerstatus import workerstatus_crd
+from kuzk.contract.crds import all_crds
 from kuzk.contract.logs import KEYS
 from kuzk.contract.worker_writes import guarded_write, join, leave
 from kuzk.contract.workers import Gpu, WriteDecision

@@ -1,0 +1,262 @@
+"""The ProofJob CustomResourceDefinition: what to prove (a proof kind, a sector, and how its
+partition pods run), and what the operator reports about every partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuzk.contract import api, pod
+from kuzk.contract.api import PHASES, STATES
+from kuzk.contract.crd_schema import (
+    arr,
+    boolean,
+    condition_list,
+    immutable_once_set,
+    integer,
+    kuzk_crd,
+    obj,
+    quantity_map,
+    rule,
+    string,
+    string_map,
+    timestamp,
+    tolerations,
+    with_rules,
+)
+
+
+def _kind_table() -> str:
+    rows = []
+    for kind, defaults in api.PROOF_KINDS.items():
+        deadline = defaults.active_deadline_seconds
+        rows.append(
+            f"{kind} (partitions {defaults.partitions}, circuitLog2 {defaults.circuit_log2},"
+            f" priority class {defaults.priority_class_name},"
+            f" deadline {f'{deadline} s' if deadline else 'none'})"
+        )
+    return "; ".join(rows)
+
+
+def _proofjob_spec() -> dict[str, Any]:
+    prover = obj(
+        "Overrides for the partition pods.",
+        {
+            "image": string(
+                "Prover image; defaults to the operator's --prover-image.", minLength=1
+            ),
+            "resources": obj(
+                "Resources of the prover container. The GPU limit (one GPU) is always set;"
+                " these add to it or replace it.",
+                {
+                    "limits": quantity_map("Resource limits, by resource name."),
+                    "requests": quantity_map("Resource requests, by resource name."),
+                },
+            ),
+            "nodeSelector": string_map("Node labels a partition pod requires."),
+            "tolerations": tolerations(),
+            "priorityClassName": string(
+                "PriorityClass of the partition pods; defaults to the proof kind's class.",
+                minLength=1,
+                maxLength=253,
+            ),
+        },
+    )
+    spec = obj(
+        "What to prove and how to run it.",
+        {
+            "proofKind": with_rules(
+                string(
+                    f"The Filecoin proof kind. Its defaults: {_kind_table()}. Immutable.",
+                    enum=list(api.PROOF_KINDS),
+                ),
+                rule("self == oldSelf", "proofKind is immutable"),
+            ),
+            "partitions": integer(
+                "Number of partitions, one pod each; defaults by proof kind. Immutable once set.",
+                minimum=api.PARTITIONS_MIN,
+                maximum=api.PARTITIONS_MAX,
+            ),
+            "sector": with_rules(
+                obj(
+                    "The sector being proven; it seeds each partition's witness. Immutable.",
+                    {
+                        "miner": integer("Miner (actor) ID.", minimum=0),
+                        "number": integer("Sector number.", minimum=0),
+                    },
+                    required=["miner", "number"],
+                ),
+                rule("self == oldSelf", "sector is immutable"),
+            ),
+            "randomness": with_rules(
+                string(
+                    "The 32-byte challenge as 0x and 64 hex digits; by default derived from"
+                    " the sector. Immutable.",
+                    maxLength=66,
+                ),
+                rule(
+                    f"self.matches('{pod.RANDOMNESS_PATTERN}')",
+                    "randomness must be 0x followed by 64 hex digits",
+                ),
+            ),
+            "circuitLog2": integer(
+                "Constraints per partition, as a power of two (2^circuitLog2); defaults by"
+                " proof kind. Immutable.",
+                minimum=api.CIRCUIT_LOG2_MIN,
+                maximum=api.CIRCUIT_LOG2_MAX,
+            ),
+            "backoffLimitPerPartition": integer(
+                "Failed attempts of one partition that are retried before the job fails"
+                f" (default {api.DEFAULT_BACKOFF_LIMIT_PER_PARTITION}). Disruptions such as"
+                " preemption or eviction don't count; exit code"
+                f" {pod.INVALID_INPUT_EXIT_CODE} (invalid input) is never retried.",
+                minimum=0,
+            ),
+            "activeDeadlineSeconds": integer(
+                "Seconds the job may run, counted from status.startTime (restarted on"
+                " resume), before it fails with reason DeadlineExceeded; defaults by proof"
+                " kind.",
+                minimum=1,
+            ),
+            "ttlSecondsAfterFinished": integer(
+                "Seconds after the job finished (Succeeded or Failed) when it is deleted,"
+                " and its pods with it. Unset: kept.",
+                minimum=0,
+            ),
+            "suspend": boolean(
+                "True deletes the running partition pods and keeps the job Suspended;"
+                " false again resumes the partitions that are not done."
+            ),
+            "prover": prover,
+        },
+        required=["proofKind", "sector"],
+    )
+    return with_rules(
+        spec,
+        immutable_once_set("partitions"),
+        immutable_once_set("circuitLog2", strict=True),
+        immutable_once_set("randomness", strict=True),
+    )
+
+
+def _proofjob_status() -> dict[str, Any]:
+    partition = obj(
+        "One partition: its state and its current (or last) attempt.",
+        {
+            "index": integer("Partition index, from 0.", minimum=0),
+            "state": string(
+                "pending (no pod, or not scheduled), scheduled, synthesizing, synth_done, gpu"
+                " (its lane holds its GPU's GPU phase), committing (the CPU work after the GPU"
+                " phase, the GPU given up), done or failed.",
+                enum=list(STATES),
+            ),
+            "attempt": integer(
+                "Current attempt, from 1; the pod is <job>-p<index>-a<attempt>.", minimum=1
+            ),
+            "retries": integer(
+                "Failed attempts retried, counted against backoffLimitPerPartition.", minimum=0
+            ),
+            "disruptions": integer(
+                "Attempts ended by preemption, eviction, node loss, deletion or suspend;"
+                " retried without counting.",
+                minimum=0,
+            ),
+            "pod": string("Name of the current attempt's pod."),
+            "node": string("Node the current attempt runs (or ran) on."),
+            "worker": string("ID of the GPU worker that holds (or held) the attempt."),
+            "synthMs": integer("Synthesis time of the finished attempt, ms.", minimum=0),
+            "gpuMs": integer("GPU time of the finished attempt, ms.", minimum=0),
+            "startedAt": timestamp("When the current attempt's pod started."),
+            "finishedAt": timestamp("When the partition finished (done or failed)."),
+            "commitment": string("The partition's commitment (hex), when done."),
+            "reason": string(
+                "Why the last attempt ended early: Failed, Disrupted, Suspended or"
+                " AttemptRecordLost (retried), InvalidInput, BackoffLimitExceeded, PodInvalid"
+                " (the API server refused the pod as invalid) or JobFailed (failed); or"
+                " PodRefused while the API server refuses the current attempt's pod for now"
+                " (403: a ResourceQuota, Pod Security admission) and it is asked for again"
+                " after a backoff."
+            ),
+            "message": string(
+                "What the last early-ended attempt said, e.g. the prover's error, or what the"
+                " API server answered when it refused the pod."
+            ),
+            "refusals": integer(
+                "Times the API server refused the current attempt's pod (the backoff before"
+                " asking again doubles from 5 s to 300 s).",
+                minimum=1,
+            ),
+            "refusedAt": timestamp("When the API server last refused the current attempt's pod."),
+        },
+        required=["index", "state", "attempt"],
+    )
+    counts = "Partitions {}."
+    return obj(
+        "What the operator observed; written only by the operator.",
+        {
+            "observedGeneration": integer("The spec generation this status reflects."),
+            "phase": string("Pending, Running, Succeeded, Failed or Suspended.", enum=list(PHASES)),
+            "partitionCount": integer(
+                "The job's number of partitions, fixed at its first reconcile.", minimum=1
+            ),
+            "resolved": obj(
+                "Values the job runs with, after the proof kind's defaults.",
+                {
+                    "circuitLog2": integer("Constraints per partition as a power of two."),
+                    "priorityClassName": string("PriorityClass of the partition pods."),
+                    "activeDeadlineSeconds": integer("Deadline in seconds; unset: none."),
+                    "randomness": string("The challenge in use (0x and 64 hex digits)."),
+                },
+            ),
+            "startTime": timestamp("When the job started (or last resumed from suspension)."),
+            "completionTime": timestamp("When the job finished (Succeeded or Failed)."),
+            "active": integer(counts.format("with a pod that is not finished"), minimum=0),
+            "succeeded": integer(counts.format("done"), minimum=0),
+            "failed": integer(counts.format("failed"), minimum=0),
+            "retries": integer("Retried attempts over all partitions, counted or not.", minimum=0),
+            "completedPartitions": string("Done partitions as compressed ranges, e.g. 0-9,11."),
+            "failedPartitions": string("Failed partitions as compressed ranges."),
+            "partitions": arr(
+                "Every partition, by index.",
+                partition,
+                key="index",
+                maxItems=api.PARTITIONS_MAX,
+            ),
+            "proof": obj(
+                "The job-level proof, when Succeeded.",
+                {
+                    "commitment": string(
+                        "SHA-256 (hex) over the partition commitments' bytes, in index order."
+                    ),
+                    "partitions": integer("Number of partition commitments it covers."),
+                },
+            ),
+            "conditions": condition_list(
+                "Running, Complete, Failed, Suspended, PodsRefused and Rejected (the job chose"
+                " a prover image or PriorityClass the operator does not allow)."
+            ),
+        },
+    )
+
+
+def proofjob_crd() -> dict[str, Any]:
+    """The ProofJob CRD (namespaced, short name pj)."""
+    return kuzk_crd(
+        api.PROOFJOB_KIND,
+        api.PROOFJOB_PLURAL,
+        api.PROOFJOB_SINGULAR,
+        api.PROOFJOB_SHORT_NAME,
+        "Namespaced",
+        "A partitioned GPU proof: the operator runs one pod per partition and reports every"
+        " partition here.",
+        _proofjob_spec(),
+        _proofjob_status(),
+        [
+            {"name": "Kind", "type": "string", "jsonPath": ".spec.proofKind"},
+            {"name": "Partitions", "type": "integer", "jsonPath": ".status.partitionCount"},
+            {"name": "Done", "type": "integer", "jsonPath": ".status.succeeded"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Active", "type": "integer", "jsonPath": ".status.active", "priority": 1},
+            {"name": "Retries", "type": "integer", "jsonPath": ".status.retries", "priority": 1},
+        ],
+    )
