@@ -19,9 +19,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from testenv.gpus import AdmissionError, requested_gpus
+from testenv.podparts import PodParts
 
 if TYPE_CHECKING:
-    from testenv.kubelet import ProcessKubelet
     from testenv.pods import ContainerState
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
@@ -40,17 +40,10 @@ def expand(value: str, env: dict[str, str]) -> str:
     return _VAR.sub(sub, value)
 
 
-class PodEnvironment:
+class PodEnvironment(PodParts):
     """What a ``PodRunner`` gives its containers' environment, and the pod's set-up that
     makes it (``_prepare``)."""
 
-    kubelet: ProcessKubelet
-    pod: dict[str, Any]
-    uid: str
-    name: str
-    namespace: str
-    node: str
-    dir: Path
     ip: str
     gpus: list[str]
     base_env: dict[str, str]

@@ -19,17 +19,16 @@ import json
 import secrets
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from testenv.kubeapi import now
+from testenv.podparts import PodParts
 from testenv.runtime import podman
 
 if TYPE_CHECKING:
-    from testenv.kubelet import ProcessKubelet
     from testenv.pods import ContainerState
 
 PULL_SECONDS = 300
@@ -46,17 +45,10 @@ def on_loopback_registry(image: str) -> bool:
         name == "localhost" or name.startswith("127."))
 
 
-class ImagePulls:
+class ImagePulls(PodParts):
     """Pulls the images of a pod's containers that name a loopback registry, with the pod's
     imagePullSecrets, and posts the Events a kubelet posts about it."""
 
-    kubelet: ProcessKubelet
-    pod: dict[str, Any]
-    uid: str
-    name: str
-    namespace: str
-    node: str
-    dir: Path
     containers: list[ContainerState]
     lock: threading.RLock
     deleting: threading.Event

@@ -13,20 +13,13 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-if TYPE_CHECKING:
-    from testenv.kubelet import ProcessKubelet
+from testenv.podparts import PodParts
 
 
-class PodVolumes:
+class PodVolumes(PodParts):
     """Makes a pod's volumes under its directory (``volumes``: each one's host path, by
     name)."""
 
-    kubelet: ProcessKubelet
-    pod: dict[str, Any]
-    uid: str
-    name: str
-    namespace: str
-    dir: Path
     volumes: dict[str, Path]
 
     if TYPE_CHECKING:

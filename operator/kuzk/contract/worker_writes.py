@@ -28,23 +28,11 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from kuzk.contract import api as kapi
+from kuzk.contract import workers as decisions
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.retry import Backoff
-from kuzk.contract.workers import (
-    Acquired,
-    Assignment,
-    Released,
-    WriteDecision,
-    decide_acquire,
-    decide_join,
-    decide_leave,
-    decide_release,
-    decide_release_gpu,
-    decide_stage,
-    decide_sweep,
-    describe,
-)
+from kuzk.contract.workers import Acquired, Assignment, Released, WriteDecision
 from kuzk.contract.workerstatus import Gpu, Memory, PodRef, legacy, parse, worker_status_name
 
 log = logging.getLogger("kuzk.contract.worker_writes")
@@ -152,7 +140,7 @@ def join(
     name = worker_status_name(node, gpu.uuid)
 
     def decide(status: Mapping[str, Any]) -> WriteDecision[str]:
-        return decide_join(status, gpu, assignment, clock.now(), memory())
+        return decisions.decide_join(status, gpu, assignment, clock.now(), memory())
 
     try:
         guarded_write(api, name, decide, clock=clock)
@@ -168,7 +156,7 @@ def stage(
 ) -> bool:
     """Set the stage of ``assignment``'s lane in WorkerStatus ``name``; False when stale."""
     return guarded_write(
-        api, name, lambda s: decide_stage(s, assignment, stage, clock.now(), memory),
+        api, name, lambda s: decisions.decide_stage(s, assignment, stage, clock.now(), memory),
         clock=clock)
 
 
@@ -210,7 +198,7 @@ def wait_for_change(
 def _decide_acquire_now(
     status: Mapping[str, Any], *, assignment: Assignment, clock: Clock, memory: Memory | None
 ) -> WriteDecision[Acquired]:
-    return decide_acquire(status, assignment, clock.now(), memory)
+    return decisions.decide_acquire(status, assignment, clock.now(), memory)
 
 
 def acquire(
@@ -243,7 +231,8 @@ def acquire(
         def decided(status: Mapping[str, Any]) -> bool:
             # Another lane's stage or memory changes nothing for this one: ask the API
             # server again only once the decision on what the watch shows would change.
-            return decide_acquire(status, assignment, clock.now()).result is not Acquired.WAITING
+            verdict = decisions.decide_acquire(status, assignment, clock.now())
+            return verdict.result is not Acquired.WAITING
 
         wait_for_change(api, name, version, left, decided)
 
@@ -254,7 +243,7 @@ def release_gpu(
 ) -> bool:
     """Give up the GPU phase ``assignment``'s lane holds; False when the write is stale."""
     return guarded_write(
-        api, name, lambda s: decide_release_gpu(s, assignment, clock.now(), memory),
+        api, name, lambda s: decisions.decide_release_gpu(s, assignment, clock.now(), memory),
         clock=clock)
 
 
@@ -308,10 +297,11 @@ def release(
         name = str((found.get("metadata") or {}).get("name") or "")
         try:
             return guarded_write(
-                api, name, lambda s: decide_release(s, pod, outcome, clock.now()), clock=clock)
+                api, name, lambda s: decisions.decide_release(s, pod, outcome, clock.now()),
+                clock=clock)
         except WorkerStatusMissing:
             break
-    log.info("node %s: %s holds no lane: nothing to release", node, describe(pod))
+    log.info("node %s: %s holds no lane: nothing to release", node, decisions.describe(pod))
     return False
 
 
@@ -323,9 +313,11 @@ def leave(
     when the lane was gone (stale: refused and counted) or the WorkerStatus is."""
     try:
         return guarded_write(
-            api, name, lambda s: decide_leave(s, assignment, outcome, clock.now()), clock=clock)
+            api, name, lambda s: decisions.decide_leave(s, assignment, outcome, clock.now()),
+            clock=clock)
     except WorkerStatusMissing:
-        log.info("no WorkerStatus %s: nothing to leave for %s", name, describe(assignment))
+        log.info("no WorkerStatus %s: nothing to leave for %s", name,
+                 decisions.describe(assignment))
         return False
 
 
@@ -343,7 +335,7 @@ def sweep(
     pod is not live."""
     try:
         return guarded_write(
-            api, name, lambda s: decide_sweep(s, live_pods, now, not_live), clock=clock,
+            api, name, lambda s: decisions.decide_sweep(s, live_pods, now, not_live), clock=clock,
         )
     except WorkerStatusMissing:
         return []
