@@ -24,7 +24,7 @@ class View(TypedDict):
 class Fleet(TypedDict):
     # GPU nodes
     nodes: int
-    # their physical GPUs, never time-slicing replicas (workerstatus.physical_gpus)
+    # their physical GPUs, never time-slicing replicas (contract.gpu.physical_gpus)
     gpus: int
     # GPUs in their GPU phase (a holder not live is not counted)
     gpus_proving: int
