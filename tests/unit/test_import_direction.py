@@ -33,7 +33,8 @@ PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "gputime", 
 # The prover's modules that talk to the API server or keep the pod contract (its env, exit
 # codes and termination message: kuzk.contract.pod); the rest (the proving core) imports
 # nothing of kuzk.
-PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs", "lane", "alive", "termination")
+PROVER_EDGE = ("reporter", "outage", "entrypoint", "lane_agent", "inputs", "lane", "alive",
+               "termination")
 # The WorkerStatus write protocol: the status server only reads.
 WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
 
