@@ -35,12 +35,12 @@ from kuzk.contract.crd_schema import (
     tolerations,
     with_rules,
 )
+from kuzk.contract.lane_model import LaneStage
 from kuzk.contract.lanes import PRIORITY_CLASSES
 from kuzk.contract.workerstatus import (
     MAX_LANES,
     MAX_WORKERS,
     PREVIOUS_PODS,
-    LaneStage,
     WorkerState,
 )
 

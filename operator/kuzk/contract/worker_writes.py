@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from kuzk.contract import api as kapi
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.lane_model import Memory, PodRef
 from kuzk.contract.retry import Backoff
 from kuzk.contract.workers import (
     Acquired,
@@ -45,7 +46,7 @@ from kuzk.contract.workers import (
     decide_sweep,
     describe,
 )
-from kuzk.contract.workerstatus import Gpu, Memory, PodRef, legacy, parse, worker_status_name
+from kuzk.contract.workerstatus import Gpu, legacy, parse, worker_status_name
 
 log = logging.getLogger("kuzk.contract.worker_writes")
 
