@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from kuzk.contract import api, workerstatus  # noqa: E402
+from kuzk.contract import api, lane_model, workerstatus  # noqa: E402
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE  # noqa: E402
 from kuzk.contract.listwatch import KubeClient  # noqa: E402
 from kuzk.status.aggregate import Filters  # noqa: E402
@@ -107,12 +107,12 @@ def worker_status(node: int, gpus: int, jobs: int) -> list[tuple[str, dict[str, 
             completed=node + k, since=now)
         if k % 2 == 0 and jobs:
             lanes = []
-            for slot, stage in enumerate((workerstatus.LaneStage.GPU,
-                                          workerstatus.LaneStage.SYNTHESIZING)):
+            for slot, stage in enumerate((lane_model.LaneStage.GPU,
+                                          lane_model.LaneStage.SYNTHESIZING)):
                 name = f"snap-{(node * gpus + k + slot) % jobs:04d}"
-                lanes.append(workerstatus.Lane(
-                    pod=workerstatus.PodRef(f"{name}-p{k}-a1", str(uuid.uuid4())),
-                    job=workerstatus.JobRef(NAMESPACE, name, str(uuid.uuid4()), "snap-update"),
+                lanes.append(lane_model.Lane(
+                    pod=lane_model.PodRef(f"{name}-p{k}-a1", str(uuid.uuid4())),
+                    job=lane_model.JobRef(NAMESPACE, name, str(uuid.uuid4()), "snap-update"),
                     partition=k, attempt=1, priority=0, stage=stage, since=now))
             worker = replace(worker, lanes=tuple(lanes),
                              holder=workerstatus.Holder(lanes[0].pod, now))

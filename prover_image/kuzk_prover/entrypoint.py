@@ -43,8 +43,9 @@ from kuzk_prover.alive import Pulse
 from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
+from kuzk_prover.outage import OUTAGE_BUDGET_S
 from kuzk_prover.prover import Result, prove
-from kuzk_prover.reporter import OUTAGE_BUDGET_S, ProverReporter, for_partition_pod
+from kuzk_prover.reporter import ProverReporter, for_partition_pod
 from kuzk_prover.termination import brief, message_path, one_line, write_message
 
 log = logging.getLogger("kuzk_prover")

@@ -4,10 +4,10 @@ the pod's env and credentials, joins its GPU's lanes, writes its stages (only wh
 whether the prover is alive is its pod's probes' to say, ``kuzk_prover.alive``), holds the GPU
 phase only around the GPU work (``gpu_phase``: acquire, waiting on a watch while another lane
 holds it, then release_gpu), leaves when the prover ends, and tries every write again through
-API outages; a write that still fails never fails the proof. Every lane write carries what the
-prover holds when it is made (``measure``: its resident host memory, and the device memory its
-CuPy pool holds; the acquire adds what the phase allocates right after it), so the screen shows
-memory without a write of its own."""
+API outages (``outage``); a write that still fails never fails the proof. Every lane write
+carries what the prover holds when it is made (``measure``: its resident host memory, and the
+device memory its CuPy pool holds; the acquire adds what the phase allocates right after it),
+so the screen shows memory without a write of its own."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from urllib3.exceptions import HTTPError
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.kubeconfig import load_config
 from kuzk.contract.lanes import REPORTED_STAGES
-from kuzk.contract.retry import Backoff, is_transient
 from kuzk.contract.worker_writes import (
     WorkerStatusMissing,
     WorkerWriteConflict,
@@ -40,6 +39,7 @@ from kuzk.contract.worker_writes import (
 )
 from kuzk.contract.workers import Acquired, Assignment, Gpu, Memory, describe
 from kuzk_prover.inputs import PodIdentity, identity_from_env
+from kuzk_prover.outage import OUTAGE_BUDGET_S, WRITE_ERRORS, Quiet, persist
 from kuzk_prover.termination import brief
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _NOT_A_DEVICE = ("", "all", "none", "void")
-# How long one write of the prover keeps trying through an API outage (refused connections,
-# 5xx, 429) before the prover proves on without status; its backoff between tries (0.2 s,
-# doubling to 2 s).
-OUTAGE_BUDGET_S = 30.0
-WRITE_BACKOFF = Backoff(base=0.2, cap=2.0)
 # How long a new pod's join tries again while its Node cannot be found (the first lane of a GPU
 # creates the GPU's WorkerStatus, owned by the Node).
 JOIN_WAIT_S = 10.0
@@ -59,8 +54,6 @@ JOIN_WAIT_S = 10.0
 # died or hung is freed by the operator's finalizer release once its pod has ended (a hung
 # one's liveness probe has it killed); this bounds the wait when no operator runs at all.
 GPU_WAIT_S = 600.0
-# A status write that fails must not fail the proof: the operator's release and sweep repair.
-_WRITE_ERRORS = (ApiException, WorkerStatusMissing, WorkerWriteConflict, HTTPError, OSError)
 
 
 def host_memory_bytes(pid: int | None = None) -> int:
@@ -81,14 +74,6 @@ def cupy_pool_bytes() -> int:
     if cupy is None:
         return 0
     return int(cupy.get_default_memory_pool().total_bytes())
-
-
-def _forbidden(error: BaseException) -> bool:
-    return isinstance(error, ApiException) and error.status == 403
-
-
-class _Quiet(Exception):
-    """The reporter went quiet while a stage write was waiting to try again."""
 
 
 def _api_from_env(env: Mapping[str, str]) -> client.ApiClient:
@@ -319,7 +304,7 @@ class ProverReporter:
         None returned: a status write never fails the proof."""
         try:
             return self._persist(what, write)
-        except _WRITE_ERRORS as error:
+        except WRITE_ERRORS as error:
             log.warning(
                 "%s of %s failed (%s); %s", doing, describe(self.assignment), brief(error), instead
             )
@@ -339,54 +324,19 @@ class ProverReporter:
         missing_s: float = 0.0,
         quiet: threading.Event | None = None,
     ) -> T:
-        """``write()``, tried again with backoff while the WorkerStatus is missing (for
-        ``missing_s``) and through transient errors (for ``outage_budget``); then what the
-        last try raised. With ``quiet``, raises _Quiet as soon as it is set."""
-        start, tries, failures = time.monotonic(), 0, 0
-        while True:
-            delay = WRITE_BACKOFF.delay(tries + 1)
-            try:
-                result = write()
-            except WorkerStatusMissing:
-                if time.monotonic() - start + delay > missing_s:
-                    raise
-                log.info("WorkerStatus or node %s not there yet; %s again", self.node, what)
-            except (ApiException, HTTPError, OSError) as error:
-                # A kube-apiserver that has just come back may answer 403 until its RBAC
-                # caches have synced (kubernetes#121635), so after a transient failure a 403
-                # is tried again too; a first 403 is a real refusal.
-                again = is_transient(error) or (failures > 0 and _forbidden(error))
-                if not again or time.monotonic() - start + delay > self.outage_budget:
-                    raise
-                if failures == 0:
-                    log.info(
-                        "%s on %s: %s; trying again for up to %g s",
-                        what,
-                        self.node,
-                        brief(error),
-                        self.outage_budget,
-                    )
-                failures += 1
-            else:
-                if failures:
-                    log.info(
-                        "%s on %s went through after %d failed tries", what, self.node, failures
-                    )
-                return result
-            if quiet is None:
-                time.sleep(delay)
-            elif quiet.wait(delay):
-                raise _Quiet
-            tries += 1
+        """``outage.persist`` on this lane's node, with its outage budget: every write of the
+        lane goes through it."""
+        return persist(what, write, node=self.node, budget=self.outage_budget,
+                       missing_s=missing_s, quiet=quiet)
 
     def _write(self, what: str, write: Callable[[], bool]) -> None:
         if self._quiet.is_set() or self.worker_status is None:
             return
         try:
             held = self._persist(what, write, quiet=self._quiet)
-        except _Quiet:
+        except Quiet:
             return
-        except _WRITE_ERRORS as error:
+        except WRITE_ERRORS as error:
             with self._lock:
                 first = not self._quiet.is_set()
                 self._quiet.set()

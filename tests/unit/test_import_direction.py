@@ -25,15 +25,16 @@ OPERATOR = KUZK / "operator"
 STATUS = KUZK / "status"
 PROVER = ROOT / "prover_image" / "kuzk_prover"
 # The pure decision and the models it reads: no Kopf, no client, no I/O.
-PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "gputime", "lanes",
-                                       "workers", "ledger")] + [
+PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "lane_model", "gputime",
+                                       "lanes", "workers", "ledger")] + [
     OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
                                    "reconcile", "ranges")] + sorted(
     (OPERATOR / "policies").glob("*.py"))
 # The prover's modules that talk to the API server or keep the pod contract (its env, exit
 # codes and termination message: kuzk.contract.pod); the rest (the proving core) imports
 # nothing of kuzk.
-PROVER_EDGE = ("reporter", "entrypoint", "lane_agent", "inputs", "lane", "alive", "termination")
+PROVER_EDGE = ("reporter", "outage", "entrypoint", "lane_agent", "inputs", "lane", "alive",
+               "termination")
 # The WorkerStatus write protocol: the status server only reads.
 WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
 

@@ -13,7 +13,7 @@ from kuzk.contract.worker_writes import CONFLICT_BACKOFF
 from kuzk.operator.ledger_store import FOLD_BACKOFF
 from kuzk.operator.peering import PEERING_BACKOFF
 from kuzk.operator.workqueue import RUN_BACKOFF
-from kuzk_prover.reporter import WRITE_BACKOFF
+from kuzk_prover.outage import WRITE_BACKOFF
 
 
 def test_without_jitter_the_delay_doubles_from_the_base_up_to_the_cap() -> None:

@@ -19,14 +19,9 @@ from kuzk.contract.crd_schema import (
     timestamp,
     with_rules,
 )
+from kuzk.contract.lane_model import LaneStage
 from kuzk.contract.lanes import PRIORITY_CLASSES
-from kuzk.contract.workerstatus import (
-    MAX_LANES,
-    MAX_WORKERS,
-    PREVIOUS_PODS,
-    LaneStage,
-    WorkerState,
-)
+from kuzk.contract.workerstatus import MAX_LANES, MAX_WORKERS, PREVIOUS_PODS, WorkerState
 
 
 def _gpu() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What a lane (``workerstatus.Lane``: one partition pod on a GPU) means to the rest of kuzk: the
+"""What a lane (``lane_model.Lane``: one partition pod on a GPU) means to the rest of kuzk: the
 partition state each of its stages shows as, the stages its prover writes itself, its rank
 when lanes wait for the GPU phase, and the view of a WorkerStatus's lanes that a ProofJob's
 partitions are decided and woken from.
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk.contract import api
-from kuzk.contract.workerstatus import LaneStage, parse
+from kuzk.contract.lane_model import LaneStage
+from kuzk.contract.workerstatus import parse
 
 # The ProofJob partition state a lane's stage shows as: the engine's vocabulary, plus
 # ``committing`` for the CPU work after the GPU phase, so that a partition shows ``gpu`` only

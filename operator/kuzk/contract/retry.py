@@ -6,7 +6,7 @@ loop is: the operator's work queue (``workqueue.RUN_BACKOFF``), the WorkerStatus
 409 conflicts (``worker_writes.CONFLICT_BACKOFF``), the ledger's folds
 (``ledger_store.FOLD_BACKOFF``), the peering watch (``peering.PEERING_BACKOFF``), the list+watch
 streams (``listwatch.WATCH_BACKOFF``) and the prover's lane writes through API outages
-(``kuzk_prover.reporter.WRITE_BACKOFF``). When each gives up, and on which errors it tries
+(``kuzk_prover.outage.WRITE_BACKOFF``). When each gives up, and on which errors it tries
 again at all, stays the loop's own rule.
 """
 

@@ -31,9 +31,10 @@ from kuzk.contract import api as kapi
 from kuzk.contract import workers as decisions
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.lane_model import Memory, PodRef
 from kuzk.contract.retry import Backoff
 from kuzk.contract.workers import Acquired, Assignment, Released, WriteDecision
-from kuzk.contract.workerstatus import Gpu, Memory, PodRef, legacy, parse, worker_status_name
+from kuzk.contract.workerstatus import Gpu, legacy, parse, worker_status_name
 
 log = logging.getLogger("kuzk.contract.worker_writes")
 

@@ -50,16 +50,12 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from kuzk.contract.api import WorkerOutcome
+from kuzk.contract.lane_model import JobRef, Lane, LaneStage, Memory, PodRef
 from kuzk.contract.lanes import REPORTED_STAGES, lane_priority
 from kuzk.contract.workerstatus import (
     PREVIOUS_PODS,
     Gpu,
     Holder,
-    JobRef,
-    Lane,
-    LaneStage,
-    Memory,
-    PodRef,
     Worker,
     WorkerStatusModel,
     gpu_id,

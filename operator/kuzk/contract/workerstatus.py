@@ -6,19 +6,20 @@ A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``), 
 is written by more lanes than share one GPU. A WorkerStatus of a release before per-GPU
 objects (``legacy``: no ``spec.gpu``, named after its node) lists every GPU of its node; the
 model reads both alike, and the operator retires the old kind once its lanes are gone. A GPU carries
-lanes: the partition pods the device plugin's time-slicing replicas put on it, in arrival
-order. At most one lane holds the GPU phase (``holder``); the others start, synthesize, wait
-for the GPU or commit on the CPU meanwhile. What the API server stores is the ``to_status``
-form (camelCase, the CRD's schema); everything else in kuzk reads it through ``parse``.
+lanes (``kuzk.contract.lane_model.Lane``): the partition pods the device plugin's time-slicing
+replicas put on it, in arrival order. At most one lane holds the GPU phase (``holder``); the
+others start, synthesize, wait for the GPU or commit on the CPU meanwhile. What the API server
+stores is the ``to_status`` form (camelCase, the CRD's schema); everything else in kuzk reads
+it through ``parse``.
 
 A worker's state follows from its lanes: ``gpu`` while a lane holds the GPU phase (the only
 state counted as busy), ``waiting`` while lanes exist but none holds it (idle for a CPU
 reason), ``idle`` with no lanes.
 
 Two kinds of figures ride on the writes lanes make anyway, so reading them costs no write:
-each lane's memory at its last write (``Memory``: the prover's resident host memory and the
-device memory it holds), and each GPU's time by mode (``kuzk.contract.gputime``). What a lane
-means to the rest of kuzk (the partition state it shows, its rank for the GPU phase) is
+each lane's memory at its last write (``lane_model.Memory``: the prover's resident host memory
+and the device memory it holds), and each GPU's time by mode (``kuzk.contract.gputime``). What
+a lane means to the rest of kuzk (the partition state it shows, its rank for the GPU phase) is
 ``kuzk.contract.lanes``.
 
 A lane writes only when its stage changes, never to say it is alive: whether its prover is
@@ -41,17 +42,7 @@ from typing import Any
 
 from kuzk.contract import api
 from kuzk.contract.gputime import GpuTime, gpu_mode, read_time, stamp
-
-
-class LaneStage(StrEnum):
-    """Where a lane is: start-up, synthesis (CPU), ready and waiting for the GPU phase
-    (``synth_done`` with ``readyAt``), the GPU phase, the commitment (CPU)."""
-
-    STARTING = "starting"
-    SYNTHESIZING = api.SYNTHESIZING
-    SYNTH_DONE = api.SYNTH_DONE
-    GPU = api.GPU
-    COMMITTING = api.COMMITTING
+from kuzk.contract.lane_model import Lane, PodRef
 
 
 class WorkerState(StrEnum):
@@ -71,35 +62,6 @@ PREVIOUS_PODS = 8
 
 
 @dataclass(frozen=True)
-class PodRef:
-    """A partition pod: the identity of a lane."""
-
-    name: str
-    uid: str
-
-    def as_status(self) -> dict[str, Any]:
-        return {"name": self.name, "uid": self.uid}
-
-
-@dataclass(frozen=True)
-class JobRef:
-    """The ProofJob a lane proves a partition of."""
-
-    namespace: str
-    name: str
-    uid: str
-    proof_kind: str
-
-    def as_status(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "proofKind": self.proof_kind,
-        }
-
-
-@dataclass(frozen=True)
 class Gpu:
     """The GPU a worker drives; the UUID is its identity."""
 
@@ -114,59 +76,6 @@ class Gpu:
         if self.memory_bytes is not None:
             gpu["memoryBytes"] = self.memory_bytes
         return gpu
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What a lane's prover holds, measured when it writes: its resident host memory (the
-    witness of a lane waiting for the GPU stays there), and the device memory it holds (0
-    without a device)."""
-
-    host_bytes: int
-    device_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One partition pod on a GPU."""
-
-    pod: PodRef
-    job: JobRef
-    partition: int
-    attempt: int
-    priority: int
-    stage: LaneStage
-    since: datetime
-    ready_at: datetime | None = None
-    memory: Memory | None = None
-    not_live_since: datetime | None = None
-
-    @property
-    def live(self) -> bool:
-        return self.not_live_since is None
-
-    def measured(self, memory: Memory | None) -> Lane:
-        """This lane with the memory its prover measured for this write (kept if none)."""
-        return self if memory is None else replace(self, memory=memory)
-
-    def as_status(self) -> dict[str, Any]:
-        lane: dict[str, Any] = {
-            "pod": self.pod.as_status(),
-            "job": self.job.as_status(),
-            "partition": self.partition,
-            "attempt": self.attempt,
-            "priority": self.priority,
-            "stage": str(self.stage),
-            "since": stamp(self.since),
-        }
-        if self.ready_at is not None:
-            lane["readyAt"] = stamp(self.ready_at)
-        if self.not_live_since is not None:
-            lane["notLiveSince"] = stamp(self.not_live_since)
-        if self.memory is not None:
-            lane["hostMemoryBytes"] = self.memory.host_bytes
-            lane["deviceMemoryBytes"] = self.memory.device_bytes
-        return lane
 
 
 @dataclass(frozen=True)
@@ -309,38 +218,6 @@ class WorkerStatusModel:
 
 
 # --- reading the stored form -----------------------------------------------------------
-def _pod(value: Any) -> PodRef:
-    pod = value if isinstance(value, Mapping) else {}
-    return PodRef(str(pod.get("name") or ""), str(pod.get("uid") or ""))
-
-
-def _lane(value: Mapping[str, Any], fallback: datetime) -> Lane:
-    job = value.get("job") or {}
-    since = read_time(value.get("since")) or fallback
-    try:
-        stage = LaneStage(str(value.get("stage") or LaneStage.STARTING))
-    except ValueError:
-        stage = LaneStage.STARTING
-    return Lane(
-        pod=_pod(value.get("pod")),
-        job=JobRef(
-            str(job.get("namespace") or ""),
-            str(job.get("name") or ""),
-            str(job.get("uid") or ""),
-            str(job.get("proofKind") or ""),
-        ),
-        partition=int(value.get("partition") or 0),
-        attempt=int(value.get("attempt") or 1),
-        priority=int(value.get("priority") or 0),
-        stage=stage,
-        since=since,
-        ready_at=read_time(value.get("readyAt")),
-        not_live_since=read_time(value.get("notLiveSince")),
-        memory=(None if value.get("hostMemoryBytes") is None else
-                Memory(int(value["hostMemoryBytes"]), int(value.get("deviceMemoryBytes") or 0))),
-    )
-
-
 def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
     gpu = value.get("gpu") or {}
     memory = gpu.get("memoryBytes")
@@ -352,9 +229,10 @@ def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
             str(gpu.get("name") or ""),
             None if memory is None else int(memory),
         ),
-        lanes=tuple(_lane(lane, fallback) for lane in value.get("lanes") or []),
+        lanes=tuple(Lane.from_status(lane, fallback) for lane in value.get("lanes") or []),
         holder=(
-            Holder(_pod(holder.get("pod")), read_time(holder.get("since")) or fallback)
+            Holder(PodRef.from_status(holder.get("pod")),
+                   read_time(holder.get("since")) or fallback)
             if isinstance(holder, Mapping)
             else None
         ),
@@ -409,11 +287,6 @@ __all__ = [
     "PREVIOUS_PODS",
     "Gpu",
     "Holder",
-    "JobRef",
-    "Lane",
-    "LaneStage",
-    "Memory",
-    "PodRef",
     "Worker",
     "WorkerState",
     "WorkerStatusModel",

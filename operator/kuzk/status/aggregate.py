@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuzk.contract import api, gputime, lanes, workerstatus
+from kuzk.contract import api, gputime, lane_model, lanes, workerstatus
 from kuzk.contract.api import (
     COMMITTING,
     DONE,
@@ -68,7 +68,7 @@ class Snapshot:
 
 
 def lane_index(worker_nodes: Iterable[WorkerNode]
-               ) -> dict[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]:
+               ) -> dict[LaneKey, tuple[workerstatus.Worker, lane_model.Lane]]:
     """Every lane of every GPU by its partition attempt, with its GPU."""
     return {(lane.job.namespace, lane.job.name, lane.partition, lane.attempt): (w, lane)
             for wn in worker_nodes for w in wn.workers for lane in w.lanes}
@@ -103,7 +103,7 @@ def is_shown(job: Job, now: float, keep_finished: float) -> bool:
     return job.completion_time is None or now - job.completion_time <= keep_finished
 
 
-def shown_state(state: str, lane: tuple[workerstatus.Worker, workerstatus.Lane] | None) -> str:
+def shown_state(state: str, lane: tuple[workerstatus.Worker, lane_model.Lane] | None) -> str:
     """A partition's state as the screen shows it: the job's, or where its attempt has a lane
     the lane's (its WorkerStatus is newer than the job's status, which the operator writes
     after it), so that ``gpu`` is shown only for the holder of a GPU's phase, and a partition
@@ -119,7 +119,7 @@ def shown_state(state: str, lane: tuple[workerstatus.Worker, workerstatus.Lane] 
 
 
 def pipeline(job: Job, snap: Snapshot, now: float,
-             lanes: Mapping[LaneKey, tuple[workerstatus.Worker, workerstatus.Lane]]
+             lanes: Mapping[LaneKey, tuple[workerstatus.Worker, lane_model.Lane]]
              ) -> document.Pipeline:
     label = api.job_label_value(job.name)
     parts: list[document.Partition] = []
@@ -166,7 +166,7 @@ def _opt(value: float | None) -> float | None:
     return None if value is None else _secs(value)
 
 
-def _lane_row(lane: workerstatus.Lane, now: float) -> document.Lane:
+def _lane_row(lane: lane_model.Lane, now: float) -> document.Lane:
     ready = lane.ready_at.timestamp() if lane.ready_at is not None else None
     return {
         "pod": lane.pod.name,
@@ -184,15 +184,15 @@ def _lane_row(lane: workerstatus.Lane, now: float) -> document.Lane:
     }
 
 
-def memory(lanes: Iterable[workerstatus.Lane]) -> document.Memory:
+def memory(lanes: Iterable[lane_model.Lane]) -> document.Memory:
     """What lanes hold and do: synthesizing now, waiting for the GPU phase (ready, not
     holding it), and the host and device memory their provers measured at their last write."""
     lanes = list(lanes)
     measured = [lane.memory for lane in lanes if lane.memory is not None]
     return {
-        "lanes_synthesizing": sum(lane.stage == workerstatus.LaneStage.SYNTHESIZING
+        "lanes_synthesizing": sum(lane.stage == lane_model.LaneStage.SYNTHESIZING
                                   for lane in lanes),
-        "lanes_waiting": sum(lane.stage == workerstatus.LaneStage.SYNTH_DONE
+        "lanes_waiting": sum(lane.stage == lane_model.LaneStage.SYNTH_DONE
                              and lane.ready_at is not None for lane in lanes),
         "host_memory_bytes": sum(m.host_bytes for m in measured),
         "device_memory_bytes": sum(m.device_bytes for m in measured),

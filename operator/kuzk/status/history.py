@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kuzk.contract import gputime, workerstatus
+from kuzk.contract import gputime, lane_model, workerstatus
 from kuzk.status.objects import Job, WorkerNode
 
 WINDOW_S = 600.0
@@ -51,7 +51,7 @@ class Queue:
     pending: bool = False
     scheduled: Mapping[str, Collection[Bound]] = field(default_factory=dict)
 
-    def scheduling(self, node: str, lanes: Iterable[workerstatus.Lane]) -> bool:
+    def scheduling(self, node: str, lanes: Iterable[lane_model.Lane]) -> bool:
         """Whether the GPUs of ``node`` (whose lanes are ``lanes``) that have no lane wait for
         a partition that could run on them."""
         if self.pending:
@@ -152,7 +152,7 @@ class History:
         lanes on any of its GPUs tell whether a partition bound there joined) into the mode
         it is in now (``mode_of``)."""
         nodes = list(nodes)
-        lanes: dict[str, list[workerstatus.Lane]] = {}
+        lanes: dict[str, list[lane_model.Lane]] = {}
         for node in nodes:
             lanes.setdefault(node.node, []).extend(lane for w in node.workers for lane in w.lanes)
         for node in nodes:

@@ -155,7 +155,7 @@ def test_a_lane_writes_nothing_between_its_stage_changes(
 def test_join_waits_for_its_node(
     cluster: Cluster, admin: client.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk_prover.reporter")
+    caplog.set_level(logging.INFO, logger="kuzk_prover.outage")
     node = f"late-{uuid.uuid4().hex[:8]}"
     reporter = ProverReporter.from_env(pod_env(cluster, node))
     try:

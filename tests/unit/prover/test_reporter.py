@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
 from kuzk.contract.workers import Assignment, Gpu
@@ -103,38 +102,6 @@ def test_prover_without_credentials_says_so(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ConfigException):
         ProverReporter.from_env({**ENV, "KUBECONFIG": str(tmp_path / "absent")})
-
-
-def _reporter() -> ProverReporter:
-    return ProverReporter.from_env(ENV, api=client.ApiClient(), outage_budget=5.0)
-
-
-def test_a_first_403_is_a_refusal_not_an_outage() -> None:
-    tries: list[int] = []
-
-    def forbidden() -> bool:
-        tries.append(1)
-        raise ApiException(status=403, reason="Forbidden")
-
-    with pytest.raises(ApiException, match="Forbidden"):
-        _reporter()._persist("claim", forbidden)
-    assert len(tries) == 1
-
-
-def test_a_403_after_a_refused_connection_is_tried_again() -> None:
-    """An API server back from a restart refuses until its RBAC caches sync."""
-    answers: list[BaseException] = [
-        ConnectionRefusedError(111, "Connection refused"),
-        ApiException(status=403, reason="Forbidden"),
-    ]
-
-    def write() -> bool:
-        if answers:
-            raise answers.pop(0)
-        return True
-
-    assert _reporter()._persist("claim", write) is True
-    assert answers == []
 
 
 def test_the_memory_a_lane_reports_is_the_process_s_own() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from kuzk.contract import api, ledger
+from kuzk.contract import api, lane_model, ledger
 from kuzk.contract import workerstatus as ws
 from kuzk.contract.gputime import GpuTime
 from kuzk.contract.lanes import lane_priority
@@ -49,14 +49,14 @@ def at(t: float) -> datetime:
 
 def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int = 1,
          namespace: str = "ns", kind: str = "snap-update", since: float = T0,
-         not_live: float | None = None, ready: float | None = None) -> ws.Lane:
+         not_live: float | None = None, ready: float | None = None) -> lane_model.Lane:
     """A lane (a partition pod on a GPU) of ``job``, in the one model; ``not_live``: marked
     not live since then."""
-    return ws.Lane(
-        pod=ws.PodRef(f"{job}-p{partition}-a{attempt}", f"pod-{job}-{partition}-{attempt}"),
-        job=ws.JobRef(namespace, job, f"uid-{job}", kind),
+    return lane_model.Lane(
+        pod=lane_model.PodRef(f"{job}-p{partition}-a{attempt}", f"pod-{job}-{partition}-{attempt}"),
+        job=lane_model.JobRef(namespace, job, f"uid-{job}", kind),
         partition=partition, attempt=attempt, priority=lane_priority(kind),
-        stage=ws.LaneStage(stage), since=at(since),
+        stage=lane_model.LaneStage(stage), since=at(since),
         ready_at=None if ready is None else at(ready),
         not_live_since=None if not_live is None else at(not_live))
 
@@ -64,13 +64,13 @@ def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int 
 def worker(wid: str, state: str = "idle", *, job: str | None = None, partition: int | None = None,
            stage: str | None = None, attempt: int = 1, namespace: str = "ns",
            completed: int = 0, since: float = T0, not_live: float | None = None,
-           kind: str = "snap-update", lanes: tuple[ws.Lane, ...] = (),
+           kind: str = "snap-update", lanes: tuple[lane_model.Lane, ...] = (),
            uuid: str | None = None) -> ws.Worker:
     """A physical GPU, its time accounted up to ``since``. ``gpu``: a lane of ``job`` holding
     its GPU phase (stage ``stage``, default gpu) since ``since``; ``waiting``: that lane
     without holding it (default synthesizing); ``lanes``: more lanes after it, none
     holding."""
-    own: list[ws.Lane] = []
+    own: list[lane_model.Lane] = []
     holder = None
     if state in ("gpu", "waiting") and job is not None and partition is not None:
         default = "gpu" if state == "gpu" else "synthesizing"

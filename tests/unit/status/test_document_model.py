@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kuzk.contract import workerstatus as ws
+from kuzk.contract.lane_model import Memory
 from kuzk.status import document
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import StatusView
@@ -60,7 +61,7 @@ def rich(feed: Feed, view: StatusView, clock: Clock) -> dict[str, Any]:
     for the GPU phase and not live, a GPU without lanes, a node's allocatable memory and the
     ledger, after a while of history."""
     holder = worker("W0", "gpu", job="run", partition=1, since=T0 + 60, lanes=(
-        replace(lane("run", 2, stage="synth_done", ready=T0 + 90), memory=ws.Memory(500, 7)),
+        replace(lane("run", 2, stage="synth_done", ready=T0 + 90), memory=Memory(500, 7)),
         lane("run", 3, not_live=T0 + 100)))
     holder = replace(holder, gpu=ws.Gpu(holder.gpu.uuid, "NVIDIA H100"))
     allocatable = node("gpu-1", 2)
