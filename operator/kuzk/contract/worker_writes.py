@@ -274,36 +274,39 @@ def node_worker_statuses(api: client.ApiClient, node: str) -> list[dict[str, Any
     return list(cast(dict[str, Any], listed).get("items") or [])
 
 
-def _concerns(worker_status: Mapping[str, Any], uid: str) -> bool:
-    """Whether the pod ``uid`` has a lane in the WorkerStatus, or the sweep took its GPU
-    phase from it (a release about it is stale there)."""
-    model = parse(worker_status.get("status"))
-    return model.worker_of_pod(uid) is not None or any(
-        uid in w.previous_pod_uids for w in model.workers)
-
-
 def release(
     api: client.ApiClient, node: str, pod: PodRef, outcome: WorkerOutcome,
     *, clock: Clock = SYSTEM,
 ) -> bool:
-    """The finalizer's release: remove ``pod``'s lane on ``node`` (and the GPU phase with
-    it) in the node's WorkerStatus that has it; True if it did.
+    """The finalizer's release where no cache says where the pod's lane is (an orphaned pod,
+    the uninstall hook): list the node's WorkerStatuses and ``release_at`` the one that
+    concerns the pod (``workers.concerns``); True if it released a lane.
 
-    False when no WorkerStatus of the node concerns the pod (it left, or never joined), when
-    the write is stale (refused and counted), or when the WorkerStatus is gone: then there is
-    nothing to release and a finalizer may go."""
+    False when none concerns the pod (it left, or never joined), when the write is stale
+    (refused and counted), or when the WorkerStatus is gone: then there is nothing to release
+    and a finalizer may go."""
     for found in node_worker_statuses(api, node):
-        if not _concerns(found, pod.uid):
-            continue
-        name = str((found.get("metadata") or {}).get("name") or "")
-        try:
-            return guarded_write(
-                api, name, lambda s: decisions.decide_release(s, pod, outcome, clock.now()),
-                clock=clock)
-        except WorkerStatusMissing:
-            break
+        if decisions.concerns(found.get("status"), pod.uid):
+            return release_at(api, str((found.get("metadata") or {}).get("name") or ""), pod,
+                              outcome, clock=clock)
     log.info("node %s: %s holds no lane: nothing to release", node, decisions.describe(pod))
     return False
+
+
+def release_at(
+    api: client.ApiClient, name: str, pod: PodRef, outcome: WorkerOutcome,
+    *, clock: Clock = SYSTEM,
+) -> bool:
+    """The finalizer's release in WorkerStatus ``name``: remove ``pod``'s lane (and the GPU
+    phase with it); True if it did. False when the pod holds nothing there, when the write is
+    stale (the sweep took its GPU phase: refused and counted), or when the WorkerStatus is
+    gone."""
+    try:
+        return guarded_write(
+            api, name, lambda s: decisions.decide_release(s, pod, outcome, clock.now()),
+            clock=clock)
+    except WorkerStatusMissing:
+        return False
 
 
 def leave(

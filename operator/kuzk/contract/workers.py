@@ -290,6 +290,15 @@ def _leave(worker: Worker, uid: str, outcome: WorkerOutcome) -> Worker:
     return replace(left, completed=worker.completed + (outcome == "succeeded"))
 
 
+def concerns(status: Mapping[str, Any] | None, uid: str) -> bool:
+    """Whether the pod ``uid`` has a lane in a WorkerStatus's ``status``, or the sweep took its
+    GPU phase from it (a finalizer release about it is stale there): where its finalizer
+    release writes."""
+    model = parse(status)
+    return model.worker_of_pod(uid) is not None or any(
+        uid in w.previous_pod_uids for w in model.workers)
+
+
 def decide_release(
     status: Mapping[str, Any], who: Assignment | PodRef, outcome: WorkerOutcome, now: datetime
 ) -> WriteDecision[bool]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kuzk.contract import api, workerstatus
+from kuzk.contract.lanes import lane_views
 
 Body = dict[str, Any]
 JobKey = tuple[str, str]
@@ -79,14 +80,19 @@ class Caches:
         return list(self._pods.get(("node", node), ()))
 
     def worker_status(self, name: str | None) -> Body | None:
-        return next(iter(self._ws.get(name, ()))) if name in self._ws else None
+        return next(iter(self._ws.get(("ws", name), ())), None)
 
     def worker_statuses(self) -> list[Body]:
-        return [ws for name in list(self._ws) for ws in self._ws.get(name, ())]
+        return [ws for key in list(self._ws) if key[0] == "ws" for ws in self._ws.get(key, ())]
 
     def node_worker_statuses(self, node: str) -> list[Body]:
         """The WorkerStatuses of ``node``: its GPUs', and a legacy one of its own."""
-        return [ws for ws in self.worker_statuses() if workerstatus.node_of(ws) == node]
+        return list(self._ws.get(("node", node), ()))
+
+    def job_worker_statuses(self, namespace: str, name: str) -> list[Body]:
+        """The WorkerStatuses with a lane of the ProofJob: all a sync of it reads of them,
+        so its cost follows the job's lanes, not the fleet's GPUs."""
+        return list(self._ws.get(("job", namespace, name), ()))
 
     def uids(self) -> set[str]:
         """The UIDs of every ProofJob and WorkerStatus in the cache."""
@@ -99,6 +105,18 @@ def slim(body: Mapping[str, Any]) -> Body:
     """The object as the caches keep it: without managedFields, which nothing reads."""
     meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
     return {**body, "metadata": meta}
+
+
+def worker_status_keys(body: Body) -> dict[Hashable, Body]:
+    """Where a WorkerStatus is filed, whatever its shape: by name, by node, and by the job of
+    each of its lanes."""
+    keys: dict[Hashable, Body] = {
+        ("ws", (body.get("metadata") or {}).get("name", "")): body,
+        ("node", workerstatus.node_of(body)): body,
+    }
+    for view in lane_views(body).values():
+        keys[("job", view.job_namespace, view.job_name)] = body
+    return keys
 
 
 def pod_keys(pod: Mapping[str, Any]) -> dict[Hashable, Body]:

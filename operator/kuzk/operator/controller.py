@@ -23,7 +23,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kuzk.contract import api
+from kuzk.contract import api, workers, workerstatus
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
 from kuzk.operator.actions import (
@@ -118,7 +118,8 @@ class Controller(Reclaimer):
             if refused:
                 _log_refusals(job, refused, decision.status)
             by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-            made, freed, refused, stale = self._apply(job, decision, by_name, early)
+            made, freed, refused, stale = self._apply(job, decision, by_name, early,
+                                                      worker_statuses)
             decided_on_stale |= stale
             created += made
             released += freed
@@ -216,11 +217,13 @@ class Controller(Reclaimer):
         decision: Decision,
         pods: Mapping[str | None, Body],
         early: Mapping[str, Future[Body | Refusal | None]],
+        worker_statuses: list[Body],
     ) -> tuple[list[Body], list[tuple[str, Body]], dict[int, Refusal], bool]:
         """Apply the actions; returns the pods created, the pods released (keyed by the
         resourceVersion they replaced), the refused creates by partition, and whether an object
         to delete had changed since the decision (a pod replaced by a namesake, the job
-        changed: its precondition failed)."""
+        changed: its precondition failed). A finalizer release writes to the cached
+        WorkerStatuses of the pod's node that concern it."""
         ns = job["metadata"]["namespace"]
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
@@ -241,7 +244,11 @@ class Controller(Reclaimer):
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
                 pod = pods.get(action.pod_name)
-                after = self.release(ns, action, pod)
+                homes = [str((ws.get("metadata") or {}).get("name", ""))
+                         for ws in worker_statuses
+                         if workerstatus.node_of(ws) == action.node
+                         and workers.concerns(ws.get("status"), action.pod_uid)]
+                after = self.release(ns, action, pod, homes)
                 if pod is not None and after is not None:
                     released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))
             elif isinstance(action, Event):

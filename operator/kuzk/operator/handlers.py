@@ -27,7 +27,7 @@ from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM
 from kuzk.contract.kubeconfig import load_config
 from kuzk.contract.listwatch import KubeClient
-from kuzk.operator.caches import Caches, Index, pod_keys, slim
+from kuzk.operator.caches import Caches, Index, pod_keys, slim, worker_status_keys
 from kuzk.operator.controller import POD_CALLS_IN_FLIGHT, Controller
 from kuzk.operator.events import EventRecorder
 from kuzk.operator.ledger_store import FoldQueue, LedgerStore
@@ -35,7 +35,7 @@ from kuzk.operator.metrics import OperatorMetrics
 from kuzk.operator.peering import Peering, PeerWatch
 from kuzk.operator.pods import PodSettings
 from kuzk.operator.runtime import Runtime
-from kuzk.operator.streams import Streams, by_name
+from kuzk.operator.streams import Streams
 
 log = logging.getLogger("kuzk.operator.handlers")
 # Threads of the loop's default executor, where the runtime's blocking calls (syncs, sweeps,
@@ -113,7 +113,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **indices: A
         metrics.count_requests(api_client)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
     clock = SYSTEM
-    pods, worker_statuses = Index(pod_keys), Index(by_name)
+    pods, worker_statuses = Index(pod_keys), Index(worker_status_keys)
     caches = Caches(indices["kuzk_jobs"], pods, worker_statuses)
     store = (LedgerStore(api_client, *options.ledger, caches.uids, clock) if options.ledger
              else None)

@@ -167,6 +167,14 @@ def prover_message(terminated: Mapping[str, Any]) -> str:
     return clip(text or f"exit code {terminated.get('exitCode')} and no message")
 
 
+def awaits_release(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's finalizer release may be due: it still carries the finalizer and it
+    has ended or is being deleted (``release_action`` says when)."""
+    meta = pod.get("metadata") or {}
+    return api.FINALIZER in (meta.get("finalizers") or []) and (
+        is_finished(pod) or is_deleting(pod))
+
+
 def release_action(pod: Mapping[str, Any], now: datetime) -> ReleaseWorker | None:
     """The ReleaseWorker a pod needs now, or None while it is running or already released.
 

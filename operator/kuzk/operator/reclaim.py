@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -57,13 +57,18 @@ class Reclaimer:
         ns: str,
         action: ReleaseWorker,
         pod: Body | None = None,
+        homes: Sequence[str] | None = None,
     ) -> Body | None:
         """The finalizer write: release the worker (guarded), then drop the finalizer.
 
-        ``pod`` comes from the caller's cache; without it, it is read. The guarded write is
-        made whatever a cached WorkerStatus shows: a cache that lags behind the pod's join
-        would otherwise leave its lane (and the GPU phase, if it held it) to the sweep. A pod
-        without a lane costs the GET only. Returns the pod as the finalizer patch left it
+        ``pod`` comes from the caller's cache; without it, it is read. ``homes`` are the
+        WorkerStatuses the caller's cache shows concerning the pod (``workers.concerns``: its
+        lane, or the sweep's record of it): the release is a guarded write to each, and none
+        when the cache shows none (the lane left with its prover). A cache that lags behind
+        the pod's join misses nothing for long: the join's own event sweeps that GPU within
+        ``runtime.SWEEP_SECONDS``, and the sweep releases the lane of an ended pod once its
+        finalizer is gone. Without ``homes`` (no cache: orphans, the uninstall hook) the
+        node's WorkerStatuses are listed. Returns the pod as the finalizer patch left it
         (None when no patch was made)."""
         if pod is None:
             pod = self._read_pod(ns, action.pod_name)
@@ -72,8 +77,12 @@ class Reclaimer:
         if action.node:
             outcome = worker_outcome(pod)
             ref = workers.PodRef(action.pod_name, action.pod_uid)
-            released = worker_writes.release(self.api_client, action.node, ref, outcome,
-                                       clock=self.clock)
+            if homes is None:
+                released = worker_writes.release(self.api_client, action.node, ref, outcome,
+                                                 clock=self.clock)
+            else:
+                released = any([worker_writes.release_at(self.api_client, name, ref, outcome,
+                                                         clock=self.clock) for name in homes])
             log.info(
                 "finalizer release of %s/%s on %s (%s): %s",
                 ns, action.pod_name, action.node, outcome,

@@ -40,7 +40,13 @@ from kuzk.operator.caches import Caches, JobKey, slim
 from kuzk.operator.controller import Body, Controller, JobGone, pods_of
 from kuzk.operator.ledger_store import FoldQueue
 from kuzk.operator.metrics import OperatorMetrics, Timer
-from kuzk.operator.observe import controlled_by, controller_of, is_deleting, sweep_outcome
+from kuzk.operator.observe import (
+    awaits_release,
+    controlled_by,
+    controller_of,
+    is_deleting,
+    sweep_outcome,
+)
 from kuzk.operator.workqueue import Gone, WorkQueue
 
 log = logging.getLogger("kuzk.operator.runtime")
@@ -256,7 +262,7 @@ class Runtime:
         state = self.jobs.setdefault((namespace, name), JobState())
         job = state.job(cached)
         pods = state.pods(self.caches.job_pods(namespace, name))
-        statuses = self.caches.worker_statuses()
+        statuses = self._sync_worker_statuses(namespace, name, pods)
         try:
             synced = await asyncio.to_thread(self.controller.sync, job, pods, statuses)
         except JobGone:
@@ -301,6 +307,19 @@ class Runtime:
                     if (since := api.pod_not_live_since(p)) is not None}
         await asyncio.to_thread(self.controller.sweep, name, live, ws, not_live)
         return SWEEP_SECONDS
+
+    def _sync_worker_statuses(self, namespace: str, name: str, pods: list[Body]) -> list[Body]:
+        """What a sync of the job reads of the WorkerStatuses: those with a lane of the job
+        (its claims), and those of the nodes where a pod of it may be released now (the
+        finalizer release writes where the cache shows the pod's lane, or the sweep's
+        record of it)."""
+        found = {(ws.get("metadata") or {}).get("name", ""): ws
+                 for ws in self.caches.job_worker_statuses(namespace, name)}
+        for node in {(pod.get("spec") or {}).get("nodeName") for pod in pods
+                     if awaits_release(pod)} - {None}:
+            for ws in self.caches.node_worker_statuses(str(node)):
+                found.setdefault((ws.get("metadata") or {}).get("name", ""), ws)
+        return list(found.values())
 
     def _forget_job(self, namespace: str, name: str) -> None:
         self.queue.forget(("job", namespace, name))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,11 +55,6 @@ class Receiver(Protocol):
 def identity(body: Mapping[str, Any]) -> Identity:
     meta = body.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
-
-
-def by_name(body: Body) -> dict[Hashable, Body]:
-    """Where a WorkerStatus is filed: by its name, whatever it holds."""
-    return {(body.get("metadata") or {}).get("name", ""): body}
 
 
 @dataclass

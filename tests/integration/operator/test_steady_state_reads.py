@@ -1,7 +1,8 @@
-"""In steady state the operator reads from its watch caches: while a job's partitions run,
-its syncs (the 10 s resync included) and the sweeps of the GPUs' WorkerStatuses send no GET
-and no LIST; and the lanes, synthesizing for longer than two heartbeat intervals of former
-releases, write nothing to their GPUs' WorkerStatuses between their stage changes."""
+"""In steady state the operator reads from its watch caches: while a job's partitions run, its
+syncs (the 10 s resync included) and the sweeps of the GPUs' WorkerStatuses send no GET and no
+LIST, and when they end the finalizer releases list no WorkerStatuses; and the lanes,
+synthesizing for longer than two heartbeat intervals of former releases, write nothing to their
+GPUs' WorkerStatuses between their stage changes."""
 
 from __future__ import annotations
 
@@ -88,5 +89,22 @@ def test_a_running_job_costs_no_reads(cluster: Cluster, namespace: str, nodes,
     # 30 s); heartbeats (one per pod every 10 s) would have added four or more.
     assert 2 <= resyncs <= QUIET_S // 10 + 1 + len(lanes)
 
+    # The end: each pod's finalizer release writes where the cache shows its lane, or nowhere
+    # when its prover already left; it never lists the node's WorkerStatuses to find it.
+    with counting.lock:
+        counting.sent.clear()
     plan.go()
     wait_job(cluster, namespace, "steady", "Succeeded")
+    core = client.CoreV1Api(cluster.api)
+
+    def released() -> bool:
+        pods = core.list_namespaced_pod(namespace).items
+        return bool(pods) and not any(api.FINALIZER in (p.metadata.finalizers or [])
+                                      for p in pods)
+
+    wait_for(released, 60, "every partition pod's finalizer released")
+    assert versions() == {}, "a lane was left behind"
+    with counting.lock:
+        ending = list(counting.sent)
+    collection = f"/apis/{api.GROUP}/{api.VERSION}/{api.WORKERSTATUS_PLURAL}"
+    assert [r for r in ending if r == ("GET", collection)] == []

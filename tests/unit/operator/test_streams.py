@@ -12,11 +12,12 @@ from kubernetes import client
 
 from kuzk.contract import api
 from kuzk.contract.listwatch import KubeClient
-from kuzk.operator.caches import Caches, Index, pod_keys
+from kuzk.operator.caches import Caches, Index, pod_keys, worker_status_keys
 from kuzk.operator.controller import Controller
 from kuzk.operator.pods import PodSettings
 from kuzk.operator.runtime import Runtime
-from kuzk.operator.streams import POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams, by_name
+from kuzk.operator.streams import POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams
+from tests.unit.status.builders import gpu_workerstatus, worker
 
 
 def pod(name: str, rv: str, node: str | None = None, job: str = "j") -> dict[str, Any]:
@@ -87,20 +88,39 @@ def test_events_refile_and_a_delete_leaves_no_key_behind() -> None:
         ("ADDED", "1"), ("MODIFIED", "2"), ("DELETED", "3")]
 
 
-def test_worker_statuses_are_filed_by_name_whatever_their_shape() -> None:
-    index = Index(by_name)
+def test_worker_statuses_are_filed_by_name_node_and_the_jobs_of_their_lanes() -> None:
+    index = Index(worker_status_keys)
     stream = Stream(WORKERSTATUSES, "/x", {}, index, lambda *_: None)
-    stream.listed([{"metadata": {"name": "n1-gpu-0", "resourceVersion": "1"},
-                    "spec": {"nodeName": "n1", "gpu": {"uuid": "GPU-0"}}}])
+
+    def at(version: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+
+    busy = gpu_workerstatus("n1", worker("W0", "waiting", job="a", partition=0, uuid="GPU-0"))
+    idle = gpu_workerstatus("n1", worker("W1", uuid="GPU-1"))
+    other = gpu_workerstatus("n2", worker("W0", uuid="GPU-2"))
+    stream.listed([at("1", busy), at("2", idle), at("3", other)])
     caches = Caches({}, {}, index)
-    assert (caches.worker_status("n1-gpu-0") or {})["spec"]["gpu"]["uuid"] == "GPU-0"
-    assert [w["metadata"]["name"] for w in caches.worker_statuses()] == ["n1-gpu-0"]
+
+    def names(found: list[dict[str, Any]]) -> list[str]:
+        return sorted(w["metadata"]["name"] for w in found)
+
+    name = busy["metadata"]["name"]
+    assert (caches.worker_status(name) or {})["spec"]["gpu"]["uuid"] == "GPU-0"
+    assert caches.worker_status("n9-gpu-0") is None
+    assert names(caches.worker_statuses()) == names([busy, idle, other])
+    assert names(caches.node_worker_statuses("n1")) == names([busy, idle])
+    assert names(caches.job_worker_statuses("ns", "a")) == [name]
+    assert caches.job_worker_statuses("ns", "b") == []
+    # the lane leaves: the GPU is no longer the job's
+    stream.listed([at("4", gpu_workerstatus("n1", worker("W0", uuid="GPU-0")))])
+    assert caches.job_worker_statuses("ns", "a") == []
+    assert names(caches.worker_statuses()) == [name]
 
 
 def streams_of(receiver: Any, namespaces: tuple[str, ...] = ()) -> Streams:
     # Never started here: the streams are fed by hand, so no client is needed.
     return Streams(cast(KubeClient, None), receiver, pods=Index(pod_keys),
-                   worker_statuses=Index(by_name), namespaces=namespaces)
+                   worker_statuses=Index(worker_status_keys), namespaces=namespaces)
 
 
 def test_partition_pods_are_selected_by_the_labels_the_pod_builder_sets_per_namespace() -> None:
@@ -153,9 +173,9 @@ async def test_a_held_runtime_runs_nothing_until_the_streams_have_listed() -> No
     job = {"metadata": {"namespace": "ns", "name": "j", "uid": "ju", "resourceVersion": "5"}}
     controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
     pods = Index(pod_keys)
-    runtime = Runtime(controller, Caches({("ns", "j"): [job]}, pods, Index(by_name)))
+    runtime = Runtime(controller, Caches({("ns", "j"): [job]}, pods, Index(worker_status_keys)))
     streams = Streams(cast(KubeClient, None), runtime, pods=pods,
-                      worker_statuses=Index(by_name))
+                      worker_statuses=Index(worker_status_keys))
     runtime.hold()
     orphan = {**pod("orphan", "1"), "metadata": {**pod("orphan", "1")["metadata"],
                                                   "ownerReferences": []}}
