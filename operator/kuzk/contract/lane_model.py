@@ -30,6 +30,16 @@ class LaneStage(StrEnum):
 
 
 @dataclass(frozen=True)
+class Memory:
+    """What a lane's prover holds, measured when it writes: its resident host memory (the
+    witness of a lane waiting for the GPU stays there), and the device memory it holds (0
+    without a device)."""
+
+    host_bytes: int
+    device_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class PodRef:
     """A partition pod: the identity of a lane."""
 
@@ -62,16 +72,6 @@ class JobRef:
             "uid": self.uid,
             "proofKind": self.proof_kind,
         }
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What a lane's prover holds, measured when it writes: its resident host memory (the
-    witness of a lane waiting for the GPU stays there), and the device memory it holds (0
-    without a device)."""
-
-    host_bytes: int
-    device_bytes: int = 0
 
 
 @dataclass(frozen=True)

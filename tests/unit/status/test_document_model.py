@@ -14,17 +14,7 @@ from kuzk.contract.lane_model import Memory
 from kuzk.status import document
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import StatusView
-from tests.unit.status.builders import (
-    T0,
-    lane,
-    ledger_map,
-    node,
-    part,
-    pod,
-    proofjob,
-    worker,
-    workerstatus,
-)
+from tests.unit.status import builders as b
 from tests.unit.status.conftest import Clock, Feed
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,25 +50,25 @@ def rich(feed: Feed, view: StatusView, clock: Clock) -> dict[str, Any]:
     and waiting (an unschedulable pod), a GPU whose holder has other lanes measured, waiting
     for the GPU phase and not live, a GPU without lanes, a node's allocatable memory and the
     ledger, after a while of history."""
-    holder = worker("W0", "gpu", job="run", partition=1, since=T0 + 60, lanes=(
-        replace(lane("run", 2, stage="synth_done", ready=T0 + 90), memory=Memory(500, 7)),
-        lane("run", 3, not_live=T0 + 100)))
+    holder = b.worker("W0", "gpu", job="run", partition=1, since=b.T0 + 60, lanes=(
+        replace(b.lane("run", 2, stage="synth_done", ready=b.T0 + 90), memory=Memory(500, 7)),
+        b.lane("run", 3, not_live=b.T0 + 100)))
     holder = replace(holder, gpu=ws.Gpu(holder.gpu.uuid, "NVIDIA H100"))
-    allocatable = node("gpu-1", 2)
+    allocatable = b.node("gpu-1", 2)
     allocatable["status"]["allocatable"]["memory"] = "64Gi"
-    finished = proofjob("old", part(0, "done", synthMs=812, gpuMs=95, node="gpu-1",
+    finished = b.proofjob("old", b.part(0, "done", synthMs=812, gpuMs=95, node="gpu-1",
                                     worker="W0"),
-                        part(1, "failed", reason="ProverFailed", message="exit 1"),
-                        count=2, phase="Failed", finished=T0 + 30)
-    running = proofjob("run", part(0, "done", synthMs=700, gpuMs=90, node="gpu-1", worker="W0"),
-                       part(1, "gpu", node="gpu-1", worker="W0"), part(2, "synth_done"),
-                       part(3, "synthesizing"), part(4, "pending"), count=5,
-                       created=T0 + 1)
+                        b.part(1, "failed", reason="ProverFailed", message="exit 1"),
+                        count=2, phase="Failed", finished=b.T0 + 30)
+    running = b.proofjob("run", b.part(0, "done", synthMs=700, gpuMs=90, node="gpu-1", worker="W0"),
+                       b.part(1, "gpu", node="gpu-1", worker="W0"), b.part(2, "synth_done"),
+                       b.part(3, "synthesizing"), b.part(4, "pending"), count=5,
+                       created=b.T0 + 1)
     feed(proofjobs=[finished, running],
-         workerstatuses=[workerstatus("gpu-1", holder, worker("W1", completed=3), stale=1)],
-         nodes=[allocatable], pods=[pod("run", 4, unschedulable="0/1 nodes are available")],
-         ledger=[ledger_map(proofjob("gone", part(0, "done"), count=1, uid="uid-gone"))])
-    clock.now = T0 + 120
+         workerstatuses=[b.workerstatus("gpu-1", holder, b.worker("W1", completed=3), stale=1)],
+         nodes=[allocatable], pods=[b.pod("run", 4, unschedulable="0/1 nodes are available")],
+         ledger=[b.ledger_map(b.proofjob("gone", b.part(0, "done"), count=1, uid="uid-gone"))])
+    clock.now = b.T0 + 120
     now = clock.now
     rendered = render(view.snapshot(), now=now, sync=view.sync(now),
                       keep_finished=view.keep_finished, filters=Filters())
