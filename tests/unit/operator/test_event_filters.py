@@ -12,7 +12,7 @@ from kubernetes import client
 
 from kuzk.contract import api
 from kuzk.contract.lanes import LaneView, lane_views
-from kuzk.operator.caches import Caches
+from kuzk.operator.caches import Caches, Index, worker_status_keys
 from kuzk.operator.controller import Controller
 from kuzk.operator.observe import Claim, worker_claims
 from kuzk.operator.peering import outranked
@@ -65,24 +65,26 @@ def pod(ready: str, *, phase: str = "Running", uid: str = "p1") -> dict[str, Any
 
 async def test_a_pod_that_stops_or_starts_again_being_live_sweeps_its_nodes_gpus_soon() -> None:
     controller = Controller(client.ApiClient(), PodSettings(image="unused"), lambda *_: None)
-    gpus = {name: [{"metadata": {"name": name}, "spec": {"nodeName": node}}]
-            for name, node in (("n1-0", "n1"), ("n1-1", "n1"), ("n2-0", "n2"))}
+    names = ("n1-0", "n1-1", "n2-0")
+    gpus = Index(worker_status_keys)
+    for name, node in zip(names, ("n1", "n1", "n2"), strict=True):
+        gpus.put(name, {"metadata": {"name": name}, "spec": {"nodeName": node}})
     runtime = Runtime(controller, Caches({}, {}, gpus))
 
     def swept() -> list[str]:
-        return [name for name in gpus if runtime.queue.scheduled(("sweep", name))]
+        return [name for name in names if runtime.queue.scheduled(("sweep", name))]
 
     runtime.on_pod("ADDED", pod("True"))
     assert swept() == [], "live, as before: nothing to mark"
     runtime.on_pod("MODIFIED", pod("False"))
     assert swept() == ["n1-0", "n1-1"], "the WorkerStatuses of the pod's node"
-    for name in gpus:
+    for name in names:
         runtime.queue.forget(("sweep", name))
     runtime.on_pod("MODIFIED", pod("False"))
     assert swept() == [], "still not live: marked already"
     runtime.on_pod("MODIFIED", pod("True"))
     assert swept() == ["n1-0", "n1-1"], "live again: the mark goes"
-    for name in gpus:
+    for name in names:
         runtime.queue.forget(("sweep", name))
     runtime.on_pod("MODIFIED", pod("False", phase="Failed"))
     assert swept() == [], "an ended pod is its finalizer's"
