@@ -1,21 +1,12 @@
-"""What the process kubelet's parts share about the API server: the timestamp format of its
-objects, and which failed calls are worth another try (``ProcessKubelet.through_outage``)."""
+"""What the process kubelet's parts share about the API server: the timestamp its objects carry,
+written by kuzk's one RFC 3339 writer (``kuzk.contract.api.format_time``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
+from kuzk.contract.api import format_time
 
 
 def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def transient(error: BaseException) -> bool:
-    """An API call that may succeed later: no connection, or a 5xx or 429 answer."""
-    if isinstance(error, ApiException):
-        code = int(error.status or 0)
-        return code in (0, 429) or code >= 500
-    return isinstance(error, urllib3.exceptions.HTTPError | OSError)
+    return format_time(dt.datetime.now(dt.UTC))

@@ -31,8 +31,8 @@ This module holds ``ProcessKubelet``: the nodes' registration and heartbeat, the
 that starts and stops a runner per pod, and the GPUs each pod holds. The rest is in
 ``nodes.py`` (``NodeSpec``, the Node's status and lease), ``gpus.py`` (GPU UUIDs and
 replicas), ``pods.py`` (``PodRunner``, one pod's containers as processes), ``env.py`` (the
-containers' environment), ``probes.py`` (their probes) and ``kubeapi.py`` (timestamps,
-transient errors).
+containers' environment), ``probes.py`` (their probes) and ``kubeapi.py`` (timestamps).
+Which failed calls are worth another try is kuzk's one rule, ``kuzk.contract.retry.is_transient``.
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from kuzk.contract.retry import is_transient
 from testenv.containers import ContainerRunner, runs_as_containers
 from testenv.gpus import pick_replicas
-from testenv.kubeapi import now, transient
+from testenv.kubeapi import now
 from testenv.nodes import (
     HEARTBEAT_SECONDS,
     NODE_STATUS_SECONDS,
@@ -165,7 +166,7 @@ class ProcessKubelet:
             try:
                 result = call()
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
-                if not transient(error) or self.stopping.is_set():
+                if not is_transient(error) or self.stopping.is_set():
                     raise
                 if failures == 0:
                     log.warning("%s: %s; trying again", what, type(error).__name__)
