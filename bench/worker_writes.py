@@ -22,9 +22,9 @@ if a guarded update was lost.
 The busy-node (lanes) mode writes one node's WorkerStatuses (one per GPU, each created by its
 GPU's first lane) at the rate a busy 8-GPU node makes: for each lane count in ``--lanes``, one
 process per lane of every GPU (``--gpus`` GPUs, alias ``--provers``) proves partitions back to
-back as the prover does (join, synthesizing, synth_done, acquire the GPU phase, waiting on a
-watch while another lane holds it, release it, leave; ``--partition`` seconds of work on
-average, random from half to one and a half times that, 40 % synthesis and 60 % GPU phase;
+back as the prover does (join, synthesizing, acquire the GPU phase, waiting on a watch
+in stage synth_done while another lane holds it, release it, leave; ``--partition`` seconds of
+work on average, random from half to one and a half times that, 40 % synthesis and 60 % GPU phase;
 ``--gap`` seconds until the next pod) through contract.worker_writes, and an "operator" process
 makes the finalizer release of every finished pod (as a partition pod's finalizer does: a LIST
 of the node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the
@@ -196,8 +196,7 @@ def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: floa
         work = partition_s * rng.uniform(0.5, 1.5)
         timings.call("join", lambda a=a: worker_writes.join(api, node, gpu, a))
         timings.call("stage", lambda a=a: worker_writes.stage(api, name, a, "synthesizing"))
-        time.sleep(0.4 * work)  # synthesis
-        timings.call("stage", lambda a=a: worker_writes.stage(api, name, a, "synth_done"))
+        time.sleep(0.4 * work)  # synthesis; the acquire writes synth_done if it has to wait
         timings.call("acquire", lambda a=a: worker_writes.acquire(api, name, a))
         time.sleep(0.6 * work)  # the GPU phase
         timings.call("release_gpu", lambda a=a: worker_writes.release_gpu(api, name, a))

@@ -27,7 +27,7 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.kubeconfig import load_config
-from kuzk.contract.lanes import REPORTED_STAGES
+from kuzk.contract.lanes import ACQUIRE_STAGE, REPORTED_STAGES
 from kuzk.contract.worker_writes import (
     WorkerStatusMissing,
     WorkerWriteConflict,
@@ -213,9 +213,10 @@ class ProverReporter:
         log.info("joined the lanes of WorkerStatus %s on %s", worker, self.node)
 
     def on_stage(self, stage_name: str) -> None:
-        """Report a stage of the lane: synthesizing and synth_done are written; gpu and
-        committing are written by ``gpu_phase``'s acquire and release."""
-        if stage_name not in REPORTED_STAGES:
+        """Report a stage of the lane: synthesizing is written; synth_done by the acquire
+        that follows it, when the lane has to wait (``lanes.ACQUIRE_STAGE``); gpu and
+        committing by ``gpu_phase``'s acquire and release."""
+        if stage_name not in REPORTED_STAGES or stage_name == ACQUIRE_STAGE:
             return
         self._write("stage", lambda: stage(self.api, self._name(), self.assignment, stage_name,
                                            memory=self.measure()))

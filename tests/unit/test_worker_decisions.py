@@ -143,7 +143,7 @@ def test_acquire_grants_a_free_gpu_and_the_next_lane_waits() -> None:
     status, results = run(join(A), join(B), acquire(A, 1), acquire(B, 2))
     assert results[2:] == [Acquired.GRANTED, Acquired.WAITING]
     assert (holder(status), worker(status)["state"]) == ("uid-a", "gpu")
-    assert stages(status) == {"a": "gpu", "b": "starting"}
+    assert stages(status) == {"a": "gpu", "b": "synth_done"}, "a lane waits in synth_done"
     waiting = worker(status)["lanes"][1]
     assert waiting["readyAt"] == api.format_time(at(2), millis=True)
     assert decide_acquire(status, B, at(3)).status is None, "asking again writes nothing"
@@ -196,7 +196,7 @@ def test_leave_removes_the_lane_and_the_gpu_phase_it_held() -> None:
     status, _ = run(join(A), join(B), acquire(A), acquire(B))
     status = apply(status, decide_leave(status, A, "failed", at(3)))
     assert (worker(status).get("holder"), stages(status), worker(status)["completed"]) == (
-        None, {"b": "starting"}, 0)
+        None, {"b": "synth_done"}, 0)
     assert decide_acquire(status, B, at(4)).result is Acquired.GRANTED
     status = apply(status, decide_leave(status, B, "succeeded", at(5)))
     assert (worker(status)["state"], worker(status)["lanes"], worker(status)["completed"]) == (
@@ -284,7 +284,7 @@ def test_release_gpu_leaves_the_gpu_without_holder_until_the_next_acquire() -> N
     w0 = worker(status)
     assert (decision.result, decision.stale) == (True, None)
     assert ("holder" in w0, w0["state"], status["proving"]) == (False, "waiting", 0)
-    assert stages(status) == {"a": "committing", "b": "starting"}
+    assert stages(status) == {"a": "committing", "b": "synth_done"}
     assert w0["lanes"][0]["since"] == api.format_time(at(3), millis=True)
     assert "readyAt" in w0["lanes"][1], "B still waits: it is granted when it asks again"
     again = decide_release_gpu(status, A, at(4))
@@ -313,7 +313,7 @@ def test_a_lane_ready_first_is_granted_even_if_it_asks_after_the_gpu_is_free() -
                           release_gpu(A, 3), acquire(C, 4), acquire(B, 5))
     assert results[-2:] == [Acquired.WAITING, Acquired.GRANTED]
     assert (holder(status), stages(status)) == (
-        "uid-b", {"a": "committing", "b": "gpu", "c": "starting"})
+        "uid-b", {"a": "committing", "b": "gpu", "c": "synth_done"})
 
 
 def test_completed_counts_successes_only_whoever_releases() -> None:

@@ -103,8 +103,9 @@ def _workerstatus_status() -> dict[str, Any]:
                 minimum=0,
             ),
             "stage": string(
-                "starting (the pod started), synthesizing and synth_done (CPU), gpu (holds"
-                " the GPU phase), committing (CPU, after the GPU phase).",
+                "starting (the pod started), synthesizing (CPU), synth_done (waiting for the"
+                " GPU phase), gpu (holds the GPU phase), committing (CPU, after the GPU"
+                " phase).",
                 enum=[str(s) for s in LaneStage],
             ),
             "since": timestamp("When the lane entered its stage."),

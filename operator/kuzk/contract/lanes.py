@@ -28,6 +28,10 @@ PARTITION_STATE = {
 # The stages a prover reports itself (``workers.decide_stage``); ``starting`` is its join, the
 # GPU phase and the commitment after it are its acquire and its GPU release.
 REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
+# Of those, the one the acquire that follows it writes (``workers.decide_acquire``): a lane
+# that waits for the GPU phase shows ``synth_done``, one granted at once goes straight to
+# ``gpu``. kuzk's prover does not write it on its own: one write fewer per partition.
+ACQUIRE_STAGE = LaneStage.SYNTH_DONE
 
 # The PriorityClasses the proof kinds default to (``api.PROOF_KINDS``), lowest first: the
 # chart creates them with ascending values (``priorityClasses`` in its values.yaml).
@@ -71,6 +75,7 @@ def lane_views(worker_status: Mapping[str, Any] | None) -> dict[str, LaneView]:
 
 
 __all__ = [
+    "ACQUIRE_STAGE",
     "PARTITION_STATE",
     "PRIORITY_CLASSES",
     "REPORTED_STAGES",

@@ -51,7 +51,7 @@ from typing import Any, Generic, TypeVar
 
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.lane_model import JobRef, Lane, LaneStage, Memory, PodRef
-from kuzk.contract.lanes import REPORTED_STAGES, lane_priority
+from kuzk.contract.lanes import ACQUIRE_STAGE, REPORTED_STAGES, lane_priority
 from kuzk.contract.workerstatus import (
     PREVIOUS_PODS,
     Gpu,
@@ -187,6 +187,13 @@ def _lane_of(model: WorkerStatusModel, uid: str) -> tuple[Worker, Lane] | None:
     return None if lane is None else (worker, lane)
 
 
+def _before(stage: LaneStage, later: LaneStage) -> bool:
+    """Whether a lane in ``stage`` has yet to reach ``later`` (a lane's stage only moves
+    forward)."""
+    order = list(LaneStage)
+    return order.index(stage) < order.index(later)
+
+
 def decide_join(
     status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime,
     memory: Memory | None = None,
@@ -233,8 +240,7 @@ def decide_stage(
     if found is None:
         return _refuse(model, "stage", assignment, now)
     worker, lane = found
-    order = list(LaneStage)
-    if order.index(lane.stage) >= order.index(LaneStage(stage)):
+    if not _before(lane.stage, LaneStage(stage)):
         # A late or repeated report: a lane's stage only moves forward (a lane in its GPU
         # phase stays in stage gpu while it holds it).
         return WriteDecision(None, True)
@@ -247,7 +253,9 @@ def decide_acquire(
     memory: Memory | None = None,
 ) -> WriteDecision[Acquired]:
     """Make ``assignment``'s lane the holder of its GPU's phase if no lane holds it and no
-    waiting lane comes before it; else mark it ready (``readyAt``) and let it wait."""
+    waiting lane comes before it; else mark it ready (``readyAt``) and let it wait, in stage
+    ``synth_done`` (``lanes.ACQUIRE_STAGE``): its prover does not write that stage itself, so
+    a lane granted at once goes from synthesizing to ``gpu`` in one write."""
     model = parse(status, now)
     found = _lane_of(model, assignment.pod_uid)
     if found is None:
@@ -258,6 +266,8 @@ def decide_acquire(
         return WriteDecision(None, Acquired.GRANTED)
     if lane.ready_at is None:
         lane = replace(lane, ready_at=now).measured(memory)
+        if _before(lane.stage, ACQUIRE_STAGE):
+            lane = replace(lane, stage=ACQUIRE_STAGE, since=now)
         worker = worker.with_lane(lane)
     queue = worker.queue()
     if worker.holder is None and queue and queue[0].pod.uid == lane.pod.uid:

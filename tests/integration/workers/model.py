@@ -129,7 +129,10 @@ class NodeModel:
         if worker.holder == uid:
             return "granted"
         if lane.ready is None:
+            # A lane that asks waits in synth_done: its prover does not write that stage.
             lane.ready = now
+            if STAGES.index(lane.stage) < STAGES.index("synth_done"):
+                lane.stage = "synth_done"
         order = {x.uid: k for k, x in enumerate(worker.lanes)}
 
         def first(other: ModelLane) -> bool:
@@ -320,7 +323,9 @@ def _worker_change(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
     forward = STAGES.index(y["stage"]) > STAGES.index(x["stage"])
     if y["stage"] in REPORTED and forward and x.get("readyAt") == y.get("readyAt"):
         return Transition("stage") if a_holder == b_holder else None
-    if y["stage"] == x["stage"] and "readyAt" not in x and "readyAt" in y:
+    # Waiting: ready now, in synth_done (the acquire writes that stage, or keeps a later one).
+    waits = y["stage"] == x["stage"] or (y["stage"] == "synth_done" and forward)
+    if waits and "readyAt" not in x and "readyAt" in y:
         return Transition("acquire-wait") if a_holder == b_holder else None
     if (x["stage"], y["stage"], b_holder, a_holder) == ("gpu", "committing", uid, None):
         return Transition("release_gpu")
