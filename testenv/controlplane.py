@@ -41,6 +41,12 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
     "node-lifecycle-controller",
     "resourcequota-controller",
+    # Binds claims to volumes. The API server puts a protection finalizer on every claim and
+    # volume; without the two protection controllers neither (nor its namespace) is ever
+    # deleted.
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 
 
@@ -214,6 +220,9 @@ class ControlPlane:
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             "--terminated-pod-gc-threshold=1000",
+            # A claim made before its volume is bound at the binder's next resync of every
+            # claim (15 s by default), not when the volume is made.
+            "--pvclaimbinder-sync-period=2s",
         ])
 
     def _scheduler(self, port: int) -> Component:

@@ -1,7 +1,9 @@
 """The process kubelet's pod runner: ``PodRunner`` runs one pod's containers as local
 processes to the end (restarts by ``restartPolicy`` with back-off, deletion with its grace
 period) and reports the pod's status as a kubelet does; ``ContainerState`` is one container's
-part of it. The environment it gives them is ``env.py``'s, the probes ``probes.py``'s."""
+part of it. The environment it gives them is ``env.py``'s, the probes ``probes.py``'s, the
+hostPath and claim volumes mounted for them ``mounts.py``'s: the pod waits in Pending until
+they resolve, then its containers start."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from testenv.env import PodEnvironment, expand
 from testenv.gpus import AdmissionError
 from testenv.kubeapi import now
+from testenv.mounts import HostVolume, ProcessMounts
 from testenv.probes import ContainerProbes
 
 if TYPE_CHECKING:
@@ -74,7 +77,7 @@ class ContainerState:
         return out
 
 
-class PodRunner(ContainerProbes, PodEnvironment, threading.Thread):
+class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread):
     """Runs one pod's containers to the end, then reports the terminal status."""
 
     def __init__(self, kubelet: ProcessKubelet, pod: dict[str, Any]) -> None:
@@ -107,6 +110,7 @@ class PodRunner(ContainerProbes, PodEnvironment, threading.Thread):
         self.message: str | None = None
         self.gpus: list[str] = []
         self.base_env: dict[str, str] = {}
+        self.host_volumes: dict[str, HostVolume] = {}
 
     # --- control from the kubelet ------------------------------------------------------
     def request_delete(self, pod: dict[str, Any]) -> None:
@@ -178,7 +182,7 @@ class PodRunner(ContainerProbes, PodEnvironment, threading.Thread):
                 if not (isinstance(e, ApiException) and e.status == 404):
                     log.warning("%s: %s", what, type(e).__name__)
                 return
-            self.pod = self.kubelet.api.sanitize_for_serialization(patched)
+            self.pod = self.kubelet.api.sanitize_for_serialization(patched)  # type: ignore[no-untyped-call]
 
     # --- running -----------------------------------------------------------------------
     def _pull_images(self) -> bool:
@@ -214,7 +218,8 @@ class PodRunner(ContainerProbes, PodEnvironment, threading.Thread):
         if not argv:
             msg = "the process kubelet needs an explicit command (no image entrypoint)"
             raise ValueError(msg)
-        cwd = c.spec.get("workingDir") or str(self.dir)
+        argv, cwd = self._in_mount_namespace(c, env, argv, c.spec.get("workingDir") or
+                                             str(self.dir))
         with c.log.open("ab") as out:
             return subprocess.Popen(
                 argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
@@ -276,7 +281,7 @@ class PodRunner(ContainerProbes, PodEnvironment, threading.Thread):
     def _should_restart(self, c: ContainerState) -> bool:
         policy = self.pod["spec"].get("restartPolicy", "Always")
         code = (c.terminated or {}).get("exitCode", 0)
-        return policy == "Always" or (policy == "OnFailure" and code != 0)
+        return bool(policy == "Always" or (policy == "OnFailure" and code != 0))
 
     def run(self) -> None:
         try:
@@ -298,8 +303,8 @@ class PodRunner(ContainerProbes, PodEnvironment, threading.Thread):
                 c.waiting = {"reason": "CreateContainerError", "message": self.message}
             self.push()
             return
-        if not self._pull_images():
-            self._terminate()  # deleted while its images were pulled
+        if not self._mount_volumes() or not self._pull_images():
+            self._terminate()  # deleted while its volumes were awaited or its images pulled
             return
         with self.lock:
             for c in self.containers:
