@@ -3,10 +3,11 @@
 ``./scripts/demo`` (or ``python -m testenv.demo``) starts the test control plane with two
 GPU nodes of two GPUs, each GPU with two lanes (time-slicing replicas, the process kubelet;
 ``--lanes N`` for N), installs kuzk with its Helm chart (CRDs,
-operator, status server), submits the snap-update and winning-post examples sized for a CPU,
-prints the dashboard URL and follows the jobs in the terminal (a progress bar per job, the
-GPU workers' states). When both are done it keeps serving the dashboard until Ctrl-C, then
-stops everything it started.
+operator, status server), submits the snap-update and winning-post examples sized for a CPU
+and, beside them, a real WindowPoSt over eight sealed 2 KiB sectors (``kuzk-fil-prover``, which
+``scripts/setup`` builds with its parameters), prints the dashboard URL and follows the jobs in
+the terminal (a progress bar per job, the GPU workers' states). When all are done it keeps
+serving the dashboard until Ctrl-C, then stops everything it started.
 
 ``--kubeconfig PATH`` uses that cluster instead, explicitly (a ``KUBECONFIG`` set in the shell
 is never used): it installs nothing, says which cluster and namespace it uses, submits the
@@ -32,6 +33,7 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api, workerstatus
+from testenv import filecoin
 from testenv.binaries import MissingBinaryError
 from testenv.cluster import Cluster
 from testenv.controlplane import ControlPlane, StartError
@@ -40,13 +42,15 @@ from testenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [ROOT / "examples" / "snap-update.yaml", ROOT / "examples" / "winning-post.yaml"]
+REAL_EXAMPLE = ROOT / "examples" / "filecoin" / "window-post.yaml"
+REAL_SECTORS = 8
 CHART = ROOT / "charts" / "kuzk"
 # Lanes per GPU (the default of --lanes): while one partition holds a GPU's GPU phase, the
 # next synthesizes beside it.
 LANES = 2
 BIN = Path(sys.executable).parent
 RELEASE, NAMESPACE = "kuzk", "kuzk-demo"
-DONE_LINE = "both jobs done"
+DONE_LINE = "every job done"
 FINISHED = ("Succeeded", "Failed")
 SYMBOL = {"pending": ".", "scheduled": "s", "synthesizing": "y", "synth_done": "Y", "gpu": "G",
           "committing": "c", "done": "#", "failed": "X"}
@@ -179,15 +183,24 @@ def _outcome(jobs: dict[str, dict[str, Any]], names: list[str]) -> int:
         (j.get("status") or {}).get("phase") == "Succeeded" for j in jobs.values())
     for name, job in jobs.items():
         proof = (job.get("status") or {}).get("proof") or {}
-        if proof:
+        if proof.get("bytes"):
+            print(f"{name}: a real proof of {len(proof['bytes']) // 2 - 1} bytes; read it with"
+                  f" `kuzk proof {name} -n {NAMESPACE} -o FILE`", flush=True)
+        elif proof:
             print(f"{name}: proof {proof.get('commitment')}", flush=True)
     return 0 if ok else 1
 
 
 # --- a local control plane ------------------------------------------------------------------
-def install(cluster: Cluster) -> str:
+def install(cluster: Cluster, tools: filecoin.Tools | None) -> str:
     """Install the chart as a user would, with the local CLIs as the pods' commands (the
-    process kubelet runs commands, not images); return the dashboard URL."""
+    process kubelet runs commands, not images), and the real prover's where it is built;
+    return the dashboard URL."""
+    real: list[str] = []
+    if tools is not None:
+        command = [str(BIN / "kuzk-lane"), "run", "--calls", "--", str(tools.prover), "prove"]
+        real = ["--set-json", f"prover.filecoin.command={json.dumps(command)}",
+                "--set", f"prover.filecoin.parametersHostPath={tools.params}"]
     cluster.helm(
         "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--wait",
         "--timeout", "180s",
@@ -196,12 +209,37 @@ def install(cluster: Cluster) -> str:
         "--set-json", f"prover.command={json.dumps([str(BIN / 'kuzk-prover')])}",
         "--set-json", f"operator.watchNamespaces={json.dumps([NAMESPACE])}",
         "--set", "operator.replicas=1", "--set", "statusServer.replicas=1",
-        "--set", "statusServer.listenAddress=$(POD_IP)",
+        "--set", "statusServer.listenAddress=$(POD_IP)", *real,
     )
     pods = cluster.core.list_namespaced_pod(
         NAMESPACE, label_selector="app.kubernetes.io/name=kuzk-status-server").items
     ip = next(p.status.pod_ip for p in pods if p.status.pod_ip)
     return f"http://{ip}:9821/"
+
+
+def real_prover() -> filecoin.Tools | None:
+    """The real prover and its parameters, where ``scripts/setup`` built them; None, having
+    said why in one line, where it did not."""
+    tools = filecoin.build(only_print=True)
+    if tools.prover.exists() and any(tools.params.glob("*.vk")):
+        return tools
+    print("no real WindowPoSt in this demo: kuzk-fil-prover and its 2 KiB parameters are not"
+          " built yet (testenv/build_filecoin builds them; scripts/setup runs it)", flush=True)
+    return None
+
+
+def real_window_post(cluster: Cluster, tools: filecoin.Tools) -> dict[str, Any]:
+    """The real WindowPoSt example over sectors sealed here, their claim bound to a volume on
+    the directory they were sealed in."""
+    job: dict[str, Any] = yaml.safe_load(REAL_EXAMPLE.read_text())
+    real = job["spec"]["filecoin"]
+    assert cluster.plane.workdir is not None
+    directory = cluster.plane.workdir / "sectors"
+    print(f"sealing {REAL_SECTORS} 2 KiB sectors into {directory} ...", flush=True)
+    real["sectors"] = filecoin.seal(tools, directory, miner=job["spec"]["sector"]["miner"],
+                                    first=1, count=REAL_SECTORS)
+    filecoin.create_volume(cluster.core, NAMESPACE, real["volume"]["claimName"], directory)
+    return job
 
 
 @contextlib.contextmanager
@@ -234,12 +272,15 @@ def run_local(args: argparse.Namespace, stop: threading.Event) -> int:
         print(f"control plane up; kubeconfig {cluster.kubeconfig}", flush=True)
         print(f"installing kuzk (chart {CHART.relative_to(ROOT)}) in {NAMESPACE} ...",
               flush=True)
-        url = install(cluster)
+        tools = real_prover()
+        url = install(cluster, tools)
         print(f"dashboard: {url}   (JSON: {url}status, metrics: {url}metrics)", flush=True)
         print(f"kubectl: export KUBECONFIG={cluster.kubeconfig}; kubectl get pj,ws -A",
               flush=True)
         custom = client.CustomObjectsApi(cluster.api)
         jobs = _examples(args.circuit_log2)
+        if tools is not None:
+            jobs.append(real_window_post(cluster, tools))
         submit(custom, NAMESPACE, jobs)
         names = [j["metadata"]["name"] for j in jobs]
         got = follow(custom, NAMESPACE, names, stop, args.timeout)
@@ -280,6 +321,8 @@ def run_on(args: argparse.Namespace, stop: threading.Event) -> int:
     except HTTPError as e:
         msg = f"cannot reach {server}: {e}"
         raise DemoError(msg) from e
+    print("no real WindowPoSt on a cluster of your own: its sectors are yours to name"
+          f" ({REAL_EXAMPLE.relative_to(ROOT)} shows how)", flush=True)
     jobs = _examples(args.circuit_log2)
     submit(custom, namespace, jobs)
     names = [j["metadata"]["name"] for j in jobs]

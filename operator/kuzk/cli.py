@@ -17,7 +17,7 @@ import secrets
 import socket
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 from kubernetes import client, config
 
@@ -26,7 +26,7 @@ from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.kubeconfig import load_config
 from kuzk.operator import uninstall
 from kuzk.operator.peering import Peering, PeeringError, ensure_peering
-from kuzk.operator.pods import PodSettings
+from kuzk.operator.pods import DEFAULT_PARAMETERS_HOST_PATH, FILECOIN_COMMAND, PodSettings
 
 
 def _command(text: str) -> list[str]:
@@ -98,6 +98,21 @@ def _parser() -> argparse.ArgumentParser:
         type=_command,
         default=["kuzk-prover"],
         help="command of partition pods, as a JSON list or a command line",
+    )
+    op.add_argument(
+        "--filecoin-prover-command",
+        type=_command,
+        default=list(FILECOIN_COMMAND),
+        help="command of a real proof's partition pods (a ProofJob with spec.filecoin), as a"
+        f" JSON list or a command line (default: {' '.join(FILECOIN_COMMAND)})",
+    )
+    op.add_argument(
+        "--filecoin-parameters-host-path",
+        type=_absolute_path,
+        default=DEFAULT_PARAMETERS_HOST_PATH,
+        help="node directory with filecoin-proofs' Groth16 parameters, mounted read-only into"
+        f" real proofs' pods (default {DEFAULT_PARAMETERS_HOST_PATH}); a ProofJob cannot"
+        " choose one",
     )
     op.add_argument(
         "--gpu-resource",
@@ -175,6 +190,19 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("crds", help="print the CustomResourceDefinitions as YAML")
+
+    pr = sub.add_parser(
+        "proof",
+        help="write a succeeded real proof's bytes (status.proof.bytes of a ProofJob with"
+        " spec.filecoin) to a file; `kuzk-fil-prover verify` checks them",
+    )
+    pr.add_argument("name", help="the ProofJob")
+    pr.add_argument("-n", "--namespace", default="default", type=_namespace,
+                    help="its namespace (default: default)")
+    pr.add_argument("-o", "--output", required=True, metavar="FILE",
+                    help="where the proof's bytes go")
+    pr.add_argument("--kubeconfig", type=_kubeconfig, default=None,
+                    help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 
     st = sub.add_parser(
         "status-server", help="serve /status, /metrics and the dashboard from watches"
@@ -301,6 +329,8 @@ def run_operator(args: argparse.Namespace) -> int:
                 allowed_priority_classes=tuple(args.allowed_priority_class),
                 log_format=args.log_format,
                 image_pull_secrets=tuple(dict.fromkeys(args.prover_image_pull_secret)),
+                filecoin_command=tuple(args.filecoin_prover_command),
+                filecoin_parameters_host_path=args.filecoin_parameters_host_path,
             ),
             peering,
             args.ledger,
@@ -343,6 +373,29 @@ def release_finalizers(args: argparse.Namespace) -> int:
         return _no_configuration(e)
     done = uninstall.release_finalizers(client.ApiClient(), args.namespace)
     print(f"released {done} partition pod(s)")
+    return 0
+
+
+def write_proof(args: argparse.Namespace) -> int:
+    try:
+        load_config(None, args.kubeconfig)
+    except (config.ConfigException, OSError) as e:
+        return _no_configuration(e)
+    where = f"ProofJob {args.namespace}/{args.name}"
+    try:
+        job = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(
+            api.GROUP, api.VERSION, args.namespace, api.PROOFJOB_PLURAL, args.name))
+    except client.ApiException as e:
+        print(f"error: {where}: {e.reason}", file=sys.stderr)
+        return 1
+    try:
+        proof = api.proof_bytes(job)
+        with open(args.output, "wb") as out:
+            out.write(proof)
+    except (ValueError, OSError) as e:
+        print(f"error: {where}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(proof)} bytes of {where}'s proof to {args.output}")
     return 0
 
 
@@ -390,6 +443,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "release-finalizers":
         return release_finalizers(args)
+    if args.command == "proof":
+        return write_proof(args)
     if args.command == "status-server":
         return run_status_server(args)
     return run_operator(args)

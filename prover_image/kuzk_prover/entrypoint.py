@@ -32,6 +32,8 @@ from kuzk.contract import logs
 from kuzk.contract.api import version
 from kuzk.contract.pod import (
     FAILED_EXIT_CODE,
+    FILECOIN_INPUT_KEY,
+    INPUT_ENV,
     INVALID_INPUT_EXIT_CODE,
     LOG_FORMAT_ENV,
     OK_EXIT_CODE,
@@ -204,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
             pod = inputs_module.from_env(env)
         except InputError as exc:
             return _fail(path, INVALID_INPUT_EXIT_CODE, f"invalid input: {exc}")
+        if pod.real:
+            return _fail(path, INVALID_INPUT_EXIT_CODE,
+                         f"invalid input: {INPUT_ENV}.{FILECOIN_INPUT_KEY} is a real proof's;"
+                         " kuzk-prover proves synthetic witnesses only (the operator's real"
+                         " prover command runs kuzk-fil-prover)")
         who = pod.identity
         logs.set_context(job=f"{who.namespace}/{who.job}", partition=who.partition,
                          pod=who.pod_name or None)

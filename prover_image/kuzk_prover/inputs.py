@@ -24,7 +24,7 @@ KIND_DEFAULTS = {k: (d.partitions, d.circuit_log2) for k, d in api.PROOF_KINDS.i
 MIN_LOG2, MAX_LOG2 = api.CIRCUIT_LOG2_MIN, api.CIRCUIT_LOG2_MAX
 MAX_PARTITIONS = api.PARTITIONS_MAX
 _RANDOMNESS = re.compile(pod.RANDOMNESS_PATTERN)
-_INPUT_KEYS = {"sector", "randomness", "circuitLog2", "partitions"}
+_INPUT_KEYS = {"sector", "randomness", "circuitLog2", "partitions", pod.FILECOIN_INPUT_KEY}
 
 
 class InputError(ValueError):
@@ -87,6 +87,9 @@ class PodInput:
 
     identity: PodIdentity
     proof: ProofInput
+    # A real proof's inputs (``pod.FILECOIN_INPUT_KEY``), for the real prover under the lane
+    # agent; the built-in prover refuses a partition that has them.
+    real: bool = False
 
 
 def _integer(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -223,7 +226,7 @@ def from_env(env: Mapping[str, str]) -> PodInput:
             "partitions": f"{pod.INPUT_ENV}.partitions",
         },
     )
-    return PodInput(identity=identity, proof=proof)
+    return PodInput(identity=identity, proof=proof, real=pod.FILECOIN_INPUT_KEY in spec)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,11 +23,12 @@ import os
 import signal
 import socketserver
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import cast
+from typing import IO, cast
 
 from kuzk.contract import logs
 from kuzk.contract.pod import (
@@ -155,9 +156,11 @@ def contract_result(text: str) -> str:
     return compact
 
 
-def settle(returncode: int, result: str | None, own_message: bool) -> tuple[int, str | None]:
+def settle(returncode: int, result: str | None, own_message: bool,
+           last_words: str = "") -> tuple[int, str | None]:
     """The agent's exit code and the termination message it writes (None: it writes none),
-    from how CMD ended, the result CMD handed over, and whether CMD wrote a message itself."""
+    from how CMD ended, the result CMD handed over, whether CMD wrote a message itself, and
+    the last line CMD wrote on its standard error (its reason, when it failed)."""
     if returncode == OK_EXIT_CODE:
         if result is not None:
             return OK_EXIT_CODE, result
@@ -165,13 +168,32 @@ def settle(returncode: int, result: str | None, own_message: bool) -> tuple[int,
             return OK_EXIT_CODE, None
         return FAILED_EXIT_CODE, (f"the prover exited {OK_EXIT_CODE} without a result"
                                   " (kuzk-lane result FILE)")
+    said = f": {last_words}" if last_words else ""
     if returncode < 0:
         reason = f"the prover was killed by {signal.Signals(-returncode).name}"
         return FAILED_EXIT_CODE, None if own_message else reason
     if returncode == INVALID_INPUT_EXIT_CODE:
-        reason = f"invalid input: the prover exited {returncode}"
+        reason = f"invalid input: {last_words}" if last_words else (
+            f"invalid input: the prover exited {returncode}")
         return INVALID_INPUT_EXIT_CODE, None if own_message else reason
-    return returncode, None if own_message else f"the prover exited {returncode}"
+    return returncode, None if own_message else f"the prover exited {returncode}{said}"
+
+
+class LastWords(threading.Thread):
+    """Copies the prover's standard error to the agent's, line by line as it comes, and keeps
+    its last non-empty line: the reason a failed prover gives is what the user reads."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        super().__init__(name="kuzk-lane-stderr", daemon=True)
+        self.stream, self.line = stream, ""
+
+    def run(self) -> None:
+        out = sys.stderr.buffer
+        for raw in iter(functools.partial(self.stream.readline, MAX_LINE), b""):
+            out.write(raw)
+            out.flush()
+            if text := one_line(raw.decode(errors="replace")):
+                self.line = text
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -240,12 +262,16 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
         agent.holding = True
     terminated = threading.Event()
     note: str | None = None
+    last_words: LastWords | None = None
     try:
-        child = subprocess.Popen(command, env={**env, SOCKET_ENV: name})
+        child = subprocess.Popen(command, env={**env, SOCKET_ENV: name}, stderr=subprocess.PIPE)
     except OSError as exc:
         returncode = NOT_STARTED_EXIT_CODE
         note = f"cannot start the prover {command[0]!r}: {brief(exc)}"
     else:
+        assert child.stderr is not None
+        last_words = LastWords(child.stderr)
+        last_words.start()
         if reporter is not None:
             # The lane's memory is the prover's, measured on the writes its calls make; its
             # device memory is not the agent's to see and stays 0.
@@ -257,6 +283,8 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
 
         signal.signal(signal.SIGTERM, forward)
         returncode = child.wait()
+        # Its standard error ends when it exits (unless a child of its own keeps it open).
+        last_words.join(timeout=1)
         log.info("the prover exited with %d", returncode)
     server.shutdown()
     server.server_close()
@@ -266,7 +294,8 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
     elif note is not None:
         code, message = returncode, note
     else:
-        code, message = settle(returncode, agent.result, _has_message(path))
+        code, message = settle(returncode, agent.result, _has_message(path),
+                               last_words.line if last_words else "")
     if message is not None:
         log.log(logging.INFO if code == OK_EXIT_CODE else logging.ERROR, "%s",
                 "result written" if code == OK_EXIT_CODE else message)

@@ -300,6 +300,9 @@ def test_operator_args_follow_values() -> None:
     assert args[0] == "operator"
     assert "--namespace=x" in args and "--namespace=y" in args
     assert '--prover-command=["kuzk-prover"]' in args
+    assert ('--filecoin-prover-command=["kuzk-lane","run","--calls","--","kuzk-fil-prover",'
+            '"prove"]') in args
+    assert "--filecoin-parameters-host-path=/var/tmp/filecoin-proof-parameters" in args
     status = one(docs, "Deployment", "kz-kuzk-status")["spec"]["template"]["spec"]
     status_args = status["containers"][0]["args"]
     assert "--namespace=x" in status_args and "--namespace=y" in status_args

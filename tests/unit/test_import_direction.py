@@ -25,8 +25,8 @@ OPERATOR = KUZK / "operator"
 STATUS = KUZK / "status"
 PROVER = ROOT / "prover_image" / "kuzk_prover"
 # The pure decision and the models it reads: no Kopf, no client, no I/O.
-PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "workerstatus", "lane_model", "gputime",
-                                       "lanes", "workers", "ledger")] + [
+PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "filecoin", "workerstatus", "lane_model",
+                                       "gputime", "lanes", "workers", "ledger")] + [
     OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
                                    "reconcile", "ranges")] + sorted(
     (OPERATOR / "policies").glob("*.py"))

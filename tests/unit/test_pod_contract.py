@@ -166,6 +166,13 @@ def test_the_pod_env_is_exactly_the_contract() -> None:
     manifest = pod_manifest(resolve(Make.job()), 0, 1, PodSettings(image="kuzk/prover:1"))
     container = manifest["spec"]["containers"][0]
     names = [item["name"] for item in container["env"]]
+    assert sorted(names) == sorted(set(pod.ENV_NAMES) - set(pod.REAL_PROOF_ENV_NAMES))
+    real = Make.job()
+    real["spec"] |= {"proofKind": "winning-post", "randomness": "0x" + "11" * 32, "filecoin": {
+        "sectorSize": "2KiB", "volume": {"claimName": "sealed"}, "sectors": [
+            {"number": 1, "commR": "0x" + "22" * 32, "replica": "r", "cache": "c"}]}}
+    manifest = pod_manifest(resolve(real), 0, 1, PodSettings(image="kuzk/prover:1"))
+    names = [item["name"] for item in manifest["spec"]["containers"][0]["env"]]
     assert sorted(names) == sorted(pod.ENV_NAMES)
     assert len(set(pod.ENV_NAMES)) == len(pod.ENV_NAMES)
     assert container["terminationMessagePath"] == pod.TERMINATION_MESSAGE_PATH

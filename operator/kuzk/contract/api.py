@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
+from kuzk.contract import filecoin
+from kuzk.contract.filecoin import FilecoinSpec
 from kuzk.contract.pod import RANDOMNESS_PATTERN
 
 GROUP = "kuzk.io"
@@ -156,12 +158,15 @@ class JobSpec:
     resources: Mapping[str, Any]
     node_selector: Mapping[str, str] | None
     tolerations: Sequence[Mapping[str, Any]] | None
+    # A real proof's inputs (``spec.filecoin``); None: the built-in prover's synthetic witness.
+    filecoin: FilecoinSpec | None = None
 
 
 def resolve(job: Mapping[str, Any]) -> JobSpec:
     """Resolve a ProofJob object into a JobSpec, applying the kind's defaults.
 
-    The partition count, circuit size and randomness define the proof, so once the job's
+    A real proof (``spec.filecoin``) has the chain's partition count, from its sectors. The
+    partition count, circuit size and randomness define the proof, so once the job's
     status records them (``status.partitionCount``, ``status.resolved``) those win over the
     spec and the table: an operator upgrade that changes a default never reshapes a running
     job, and neither does a spec field added after the job started.
@@ -175,7 +180,11 @@ def resolve(job: Mapping[str, Any]) -> JobSpec:
         msg = f"spec.proofKind must be one of {sorted(PROOF_KINDS)}, got {kind!r}"
         raise ValueError(msg)
     defaults = PROOF_KINDS[kind]
-    partitions = _first(status.get("partitionCount"), spec.get("partitions"), defaults.partitions)
+    real = filecoin.parse(spec)
+    # A real proof's partitions are the chain's, from its sectors.
+    partitions = _first(status.get("partitionCount"),
+                        real.partitions(kind) if real else spec.get("partitions"),
+                        defaults.partitions)
     _check_range("spec.partitions", partitions, PARTITIONS_MIN, PARTITIONS_MAX)
     circuit_log2 = _first(
         recorded.get("circuitLog2"), spec.get("circuitLog2"), defaults.circuit_log2
@@ -209,6 +218,7 @@ def resolve(job: Mapping[str, Any]) -> JobSpec:
         resources=prover.get("resources") or {},
         node_selector=prover.get("nodeSelector"),
         tolerations=prover.get("tolerations"),
+        filecoin=real,
     )
 
 
@@ -224,6 +234,22 @@ def proof_commitment(commitments: Sequence[str]) -> str:
     for commitment in commitments:
         digest.update(bytes.fromhex(commitment.removeprefix("0x")))
     return digest.hexdigest()
+
+
+def proof_bytes(job: Mapping[str, Any]) -> bytes:
+    """A succeeded real proof's bytes (``status.proof.bytes``); ValueError saying why a job
+    has none."""
+    status = job.get("status") or {}
+    if not (job.get("spec") or {}).get("filecoin"):
+        msg = "not a real proof (no spec.filecoin): its partitions prove synthetic witnesses"
+        raise ValueError(msg)
+    text = (status.get("proof") or {}).get("bytes")
+    if status.get("phase") != PHASE_SUCCEEDED or not isinstance(text, str):
+        msg = (f"{status.get('phase') or PHASE_PENDING}, {status.get('succeeded') or 0} of"
+               f" {status.get('partitionCount') or '?'} partitions done: the proof is there"
+               " once it succeeds")
+        raise ValueError(msg)
+    return bytes.fromhex(text.removeprefix("0x"))
 
 
 def pod_name(job_name: str, partition: int, attempt: int) -> str:

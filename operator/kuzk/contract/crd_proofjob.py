@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kuzk.contract import api, pod
+from kuzk.contract import api, filecoin, pod
 from kuzk.contract.api import PHASES, STATES
 from kuzk.contract.crd_schema import (
     arr,
@@ -36,6 +36,64 @@ def _kind_table() -> str:
             f" deadline {f'{deadline} s' if deadline else 'none'})"
         )
     return "; ".join(rows)
+
+
+def _filecoin() -> dict[str, Any]:
+    path = "{} inside the volume, relative (no leading /, no .. segment)."
+    sector = obj(
+        "One sealed sector.",
+        {
+            "number": integer("Sector number.", minimum=0),
+            "commR": string(
+                "The sector's sealed commitment (comm_r), 0x and 64 hex digits; the prover"
+                " checks it against the replica's cache before proving.",
+                pattern=filecoin.COMM_R_PATTERN,
+            ),
+            "replica": string(path.format("The sealed replica's file"),
+                              pattern=filecoin.RELATIVE_PATH_PATTERN,
+                              maxLength=filecoin.PATH_MAX),
+            "cache": string(path.format("The sector's cache directory (p_aux, t_aux, tree_r_last)"),
+                            pattern=filecoin.RELATIVE_PATH_PATTERN,
+                            maxLength=filecoin.PATH_MAX),
+        },
+        required=["number", "commR", "replica", "cache"],
+    )
+    spec = obj(
+        "A real Filecoin proof of sealed sectors, proven with filecoin-proofs (kinds"
+        f" {', '.join(filecoin.REAL_KINDS)}); spec.sector.miner is the prover (miner actor)"
+        " ID and spec.randomness the chain's randomness, required. The partitions are the"
+        " chain's: a WindowPoSt over N sectors has ceil(N / sectors per partition) (2 at"
+        " 2KiB, 8MiB and 512MiB; 2349 at 32GiB; 2300 at 64GiB), a WinningPoSt one."
+        " Unset: the built-in prover's synthetic witness. Immutable.",
+        {
+            "sectorSize": string("The sectors' size.", enum=list(filecoin.SECTOR_SIZES)),
+            "volume": obj(
+                "Where the sectors are: a PersistentVolumeClaim of the job's namespace, which"
+                f" every partition pod mounts read-only at {filecoin.SECTORS_MOUNT}.",
+                {"claimName": string("The PersistentVolumeClaim's name.", minLength=1,
+                                     maxLength=api.DNS_SUBDOMAIN_MAX)},
+                required=["claimName"],
+            ),
+            "sectors": arr(
+                "The sectors the proof covers (WindowPoSt: the partitions' sectors; WinningPoSt:"
+                " the set the challenge picks from), in any order: partitions take them sorted"
+                " by number.",
+                sector,
+                key="number",
+                minItems=1,
+                maxItems=filecoin.MAX_SECTORS,
+            ),
+        },
+        required=["sectorSize", "volume", "sectors"],
+    )
+    small = "', '".join(s for s in filecoin.SECTOR_SIZES if not s.endswith("GiB"))
+    return with_rules(
+        spec,
+        rule("self == oldSelf", "filecoin is immutable"),
+        rule(f"!(self.sectorSize in ['{small}'])"
+             f" || size(self.sectors) <= {filecoin.SMALL_SIZE_MAX_SECTORS}",
+             f"at most {filecoin.SMALL_SIZE_MAX_SECTORS} sectors below 32GiB (64 partitions)"),
+    )
 
 
 def _proofjob_spec() -> dict[str, Any]:
@@ -128,11 +186,20 @@ def _proofjob_spec() -> dict[str, Any]:
                 " false again resumes the partitions that are not done."
             ),
             "prover": prover,
+            "filecoin": _filecoin(),
         },
         required=["proofKind", "sector"],
     )
+    real = "', '".join(filecoin.REAL_KINDS)
     return with_rules(
         spec,
+        rule(f"!has(self.filecoin) || self.proofKind in ['{real}']",
+             f"real proofs are {' and '.join(filecoin.REAL_KINDS)}", ".filecoin"),
+        rule("!has(self.filecoin) || has(self.randomness)",
+             "a real proof (filecoin) needs the chain's randomness", ".randomness"),
+        rule("!has(self.filecoin) || !has(self.partitions)",
+             "a real proof's partitions are the chain's, from filecoin.sectors: leave"
+             " partitions unset", ".partitions"),
         immutable_once_set("partitions"),
         immutable_once_set("circuitLog2", strict=True),
         immutable_once_set("randomness", strict=True),
@@ -169,6 +236,10 @@ def _proofjob_status() -> dict[str, Any]:
             "startedAt": timestamp("When the current attempt's pod started."),
             "finishedAt": timestamp("When the partition finished (done or failed)."),
             "commitment": string("The partition's commitment (hex), when done."),
+            "proof": string(
+                "A real proof's partition (spec.filecoin), when done: its Groth16 proof bytes,"
+                " 0x and hex (192 bytes)."
+            ),
             "reason": string(
                 "Why the last attempt ended early: Failed, Disrupted, Suspended or"
                 " AttemptRecordLost (retried), InvalidInput, BackoffLimitExceeded, PodInvalid"
@@ -229,6 +300,11 @@ def _proofjob_status() -> dict[str, Any]:
                         "SHA-256 (hex) over the partition commitments' bytes, in index order."
                     ),
                     "partitions": integer("Number of partition commitments it covers."),
+                    "bytes": string(
+                        "A real proof (spec.filecoin): the whole proof as the chain takes it,"
+                        " 0x and hex, the partitions' proofs in partition order; `kuzk proof`"
+                        " writes it to a file and `kuzk-fil-prover verify` checks it."
+                    ),
                 },
             ),
             "conditions": condition_list(

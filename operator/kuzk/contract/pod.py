@@ -4,7 +4,8 @@ gets, the randomness format of its input, its exit codes and its termination mes
 sides import these names; neither writes them as literals (``tests/unit/test_pod_contract.py``).
 
 A prover that succeeds writes one JSON object to its termination message: ``commitment`` (hex),
-and ``synth_ms`` and ``gpu_ms`` (its stages' milliseconds). One that fails writes
+and ``synth_ms`` and ``gpu_ms`` (its stages' milliseconds); a real proof's partition adds
+``proof``, its proof bytes (hex; a Groth16 proof is 192 bytes). One that fails writes
 ``{"error": ...}``; exit code ``INVALID_INPUT_EXIT_CODE`` says its input can never prove (the
 operator does not retry it), any other non-zero code a failure that may not recur.
 
@@ -25,18 +26,25 @@ PARTITION_ENV = "KUZK_PARTITION"
 ATTEMPT_ENV = "KUZK_ATTEMPT"
 # ...what it proves: JSON with sector (miner, number), randomness, circuitLog2, partitions...
 INPUT_ENV = "KUZK_INPUT"
+# A real proof's inputs are INPUT_ENV's key FILECOIN_INPUT_KEY (``kuzk.contract.filecoin``:
+# sectorSize, proverId, randomness, partition, partitions and this partition's sectors).
+FILECOIN_INPUT_KEY = "filecoin"
 # ...how it logs (text or json, ``kuzk.contract.logs``) and where CuPy keeps its kernels...
 LOG_FORMAT_ENV = "KUZK_LOG_FORMAT"
 CUPY_CACHE_DIR_ENV = "CUPY_CACHE_DIR"
+# ...and, for a real proof, where filecoin-proofs reads its Groth16 parameters.
+PARAMETER_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 # ...and, through the downward API, the pod and node it runs as (absent outside a pod).
 POD_NAME_ENV = "POD_NAME"
 POD_UID_ENV = "POD_UID"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 NODE_NAME_ENV = "NODE_NAME"
 ENV_NAMES = (JOB_ENV, JOB_UID_ENV, PROOF_KIND_ENV, PARTITION_ENV, ATTEMPT_ENV, INPUT_ENV,
-             LOG_FORMAT_ENV, CUPY_CACHE_DIR_ENV, POD_NAME_ENV, POD_UID_ENV, POD_NAMESPACE_ENV,
-             NODE_NAME_ENV)
+             LOG_FORMAT_ENV, CUPY_CACHE_DIR_ENV, PARAMETER_CACHE_ENV, POD_NAME_ENV, POD_UID_ENV,
+             POD_NAMESPACE_ENV, NODE_NAME_ENV)
 """Every variable of the partition pod's env, and nothing else."""
+REAL_PROOF_ENV_NAMES = (PARAMETER_CACHE_ENV,)
+"""The variables only a real proof's pods get (``kuzk.contract.filecoin``)."""
 
 # A proof's challenge, in the ProofJob's spec and in INPUT_ENV: 0x and 32 bytes in hex.
 RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"
@@ -75,6 +83,19 @@ def parse_result(message: str | None) -> tuple[str, int | None, int | None]:
         msg = f"termination message has no hex commitment: {clip(message or '')!r}"
         raise ValueError(msg)
     return commitment, _millis(result.get("synth_ms")), _millis(result.get("gpu_ms"))
+
+
+def result_proof(message: str | None) -> str | None:
+    """A real partition's proof bytes in its success JSON (``0x`` and hex), None where it
+    carries none; ValueError where ``proof`` is there but not hex."""
+    result = json.loads(message or "{}")
+    proof = result.get("proof") if isinstance(result, dict) else None
+    if proof is None:
+        return None
+    if not isinstance(proof, str) or not _HEX.fullmatch(proof.removeprefix("0x")):
+        msg = f"termination message's proof is not hex: {clip(str(proof))!r}"
+        raise ValueError(msg)
+    return "0x" + proof.removeprefix("0x").lower()
 
 
 def clip(text: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from kuzk.contract import api
 from kuzk.contract.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
 from kuzk.contract.lanes import lane_views
-from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result
+from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result, result_proof
 from kuzk.operator.actions import ReleaseWorker
 
 # Pod-level reasons the kubelet and controllers give for killing a pod that did nothing wrong.
@@ -46,6 +46,7 @@ class Outcome:
     started_at: str | None = None
     finished_at: str | None = None
     commitment: str | None = None
+    proof: str | None = None
     synth_ms: int | None = None
     gpu_ms: int | None = None
 
@@ -103,12 +104,13 @@ def observe(pod: Mapping[str, Any], claims: Mapping[str, Claim]) -> Outcome:
     }
     if phase == "Succeeded":
         try:
-            commitment, synth_ms, gpu_ms = parse_result((terminated or {}).get("message"))
+            message = (terminated or {}).get("message")
+            commitment, synth_ms, gpu_ms = parse_result(message)
+            proof = result_proof(message)
         except ValueError as error:
             return Outcome("failed", message=f"no usable result: {error}", **common)
-        return Outcome(
-            "done", DONE, commitment=commitment, synth_ms=synth_ms, gpu_ms=gpu_ms, **common
-        )
+        return Outcome("done", DONE, commitment=commitment, proof=proof, synth_ms=synth_ms,
+                       gpu_ms=gpu_ms, **common)
     disruption = _disruption(meta, status)
     if disruption is not None:
         return Outcome("disrupted", message=disruption, **common)

@@ -48,6 +48,7 @@ _ATTEMPT_FIELDS = (
     "started_at",
     "finished_at",
     "commitment",
+    "proof",
     "refusals",
     "refused_at",
 )
@@ -77,6 +78,7 @@ class Partition:
     started_at: str | None = None
     finished_at: str | None = None
     commitment: str | None = None
+    proof: str | None = None
     reason: str | None = None
     message: str | None = None
     refusals: int | None = None
@@ -172,7 +174,7 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
         part.state = COMMITTING if state == GPU and outcome.state != GPU else state
         return []
     if outcome.kind == "done":
-        part.state, part.commitment = DONE, outcome.commitment
+        part.state, part.commitment, part.proof = DONE, outcome.commitment, outcome.proof
         part.synth_ms, part.gpu_ms = outcome.synth_ms, outcome.gpu_ms
         part.finished_at = outcome.finished_at or now
         text = f"done on node {part.node}"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk.contract import api, pod
+from kuzk.contract import api, filecoin, pod
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 
 CONTAINER_NAME = "prover"
@@ -55,6 +55,10 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+FILECOIN_COMMAND = ("kuzk-lane", "run", "--calls", "--", "kuzk-fil-prover", "prove")
+DEFAULT_PARAMETERS_HOST_PATH = "/var/tmp/filecoin-proof-parameters"
+
+
 @dataclass(frozen=True)
 class PodSettings:
     """Operator-wide settings for partition pods (flags of ``kuzk operator``)."""
@@ -75,6 +79,13 @@ class PodSettings:
     # Secrets (of the ProofJob's namespace) the kubelet pulls the prover image with; empty:
     # none on the pod (the prover ServiceAccount's own, if any, then apply).
     image_pull_secrets: tuple[str, ...] = ()
+    # The command of a real proof's partition pods (``spec.filecoin``): the real prover under
+    # the lane agent, which reports its stages. A ProofJob cannot choose it.
+    filecoin_command: Sequence[str] = FILECOIN_COMMAND
+    # The node directory holding filecoin-proofs' Groth16 parameters (paramfetch's layout),
+    # mounted read-only into real proofs' pods; it must exist on the node (the pod waits with
+    # a FailedMount Event until it does). Set by the administrator only.
+    filecoin_parameters_host_path: str = DEFAULT_PARAMETERS_HOST_PATH
 
     def rejections(self, job: Mapping[str, Any]) -> list[str]:
         """Why the ProofJob's own choices are not allowed (the same messages as the chart's
@@ -113,6 +124,8 @@ def pod_manifest(
         "containers": [_container(spec, partition, attempt, settings)],
         "volumes": [kernel_cache_volume(settings), {"name": TMP_VOLUME, "emptyDir": {}}],
     }
+    if spec.filecoin is not None:
+        pod_spec["volumes"] += filecoin_volumes(spec.filecoin, settings)
     if settings.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     if spec.node_selector is not None:
@@ -165,14 +178,30 @@ def kernel_cache_volume(settings: PodSettings) -> dict[str, Any]:
     return {"name": KERNEL_CACHE_VOLUME, **source}
 
 
-def prover_input(spec: api.JobSpec) -> dict[str, Any]:
-    """What ``pod.INPUT_ENV`` carries: everything a prover needs to rebuild a partition."""
-    return {
+def filecoin_volumes(real: filecoin.FilecoinSpec, settings: PodSettings) -> list[dict[str, Any]]:
+    """A real proof's volumes: the job's sectors (its claim) and the node's parameters, both
+    mounted read-only."""
+    return [
+        {"name": filecoin.SECTORS_VOLUME,
+         "persistentVolumeClaim": {"claimName": real.claim_name, "readOnly": True}},
+        {"name": filecoin.PARAMETERS_VOLUME,
+         "hostPath": {"path": settings.filecoin_parameters_host_path, "type": "Directory"}},
+    ]
+
+
+def prover_input(spec: api.JobSpec, partition: int) -> dict[str, Any]:
+    """What ``pod.INPUT_ENV`` carries: everything a prover needs to rebuild a partition, and
+    a real proof's inputs of this partition."""
+    values: dict[str, Any] = {
         "sector": {"miner": spec.sector.miner, "number": spec.sector.number},
         "randomness": spec.randomness,
         "circuitLog2": spec.circuit_log2,
         "partitions": spec.partitions,
     }
+    if spec.filecoin is not None:
+        values[pod.FILECOIN_INPUT_KEY] = spec.filecoin.prover_input(
+            spec.proof_kind, spec.sector.miner, spec.randomness, partition)
+    return values
 
 
 def _container(
@@ -189,10 +218,23 @@ def _container(
         pod.PARTITION_ENV: str(partition),
         pod.ATTEMPT_ENV: str(attempt),
         pod.PROOF_KIND_ENV: spec.proof_kind,
-        pod.INPUT_ENV: json.dumps(prover_input(spec), sort_keys=True, separators=(",", ":")),
+        pod.INPUT_ENV: json.dumps(prover_input(spec, partition), sort_keys=True,
+                                  separators=(",", ":")),
         pod.CUPY_CACHE_DIR_ENV: CUPY_CACHE_DIR,
         pod.LOG_FORMAT_ENV: settings.log_format,
     }
+    mounts: list[dict[str, Any]] = [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_DIR},
+              {"name": TMP_VOLUME, "mountPath": TMP_DIR}]
+    command = settings.command
+    if spec.filecoin is not None:
+        values[pod.PARAMETER_CACHE_ENV] = filecoin.PARAMETERS_MOUNT
+        mounts += [
+            {"name": filecoin.SECTORS_VOLUME, "mountPath": filecoin.SECTORS_MOUNT,
+             "readOnly": True},
+            {"name": filecoin.PARAMETERS_VOLUME, "mountPath": filecoin.PARAMETERS_MOUNT,
+             "readOnly": True},
+        ]
+        command = settings.filecoin_command
     fields = {
         pod.POD_NAME_ENV: "metadata.name",
         pod.POD_UID_ENV: "metadata.uid",
@@ -207,11 +249,10 @@ def _container(
     return {
         "name": CONTAINER_NAME,
         "image": spec.image or settings.image,
-        "command": list(settings.command),
+        "command": list(command),
         "env": env,
         "resources": resources,
-        "volumeMounts": [{"name": KERNEL_CACHE_VOLUME, "mountPath": KERNEL_CACHE_DIR},
-                         {"name": TMP_VOLUME, "mountPath": TMP_DIR}],
+        "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "readinessProbe": copy.deepcopy(READINESS_PROBE),
         "livenessProbe": copy.deepcopy(LIVENESS_PROBE),

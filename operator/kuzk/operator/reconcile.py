@@ -287,6 +287,10 @@ def _status(
     if phase == PHASE_SUCCEEDED:
         commitments = [part.commitment or "" for part in parts]
         proof = {"commitment": api.proof_commitment(commitments), "partitions": spec.partitions}
+        if spec.filecoin is not None:
+            # The chain takes a real proof's partitions concatenated in partition order
+            # (filecoin-proofs' merge_window_post_partition_proofs).
+            proof["bytes"] = "0x" + "".join((p.proof or "").removeprefix("0x") for p in parts)
     return {
         "observedGeneration": spec.generation,
         "phase": phase,

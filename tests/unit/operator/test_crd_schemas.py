@@ -122,12 +122,18 @@ def test_proofjob_spec_rules():
     (randomness,) = props["randomness"]["x-kubernetes-validations"]
     assert randomness["rule"] == "self.matches('^0x[0-9a-fA-F]{64}$')"
     assert "randomness" in randomness["message"]
-    rules = {rule["fieldPath"]: rule for rule in spec["x-kubernetes-validations"]}
-    assert rules[".partitions"]["rule"] == (
+    rules: dict[str, list[str]] = {}
+    for rule in spec["x-kubernetes-validations"]:
+        rules.setdefault(rule["fieldPath"], []).append(rule["rule"])
+    assert rules[".partitions"] == [
+        "!has(self.filecoin) || !has(self.partitions)",
         "!has(oldSelf.partitions)"
-        " || (has(self.partitions) && self.partitions == oldSelf.partitions)"
-    )
-    assert set(rules) == {".partitions", ".circuitLog2", ".randomness"}
+        " || (has(self.partitions) && self.partitions == oldSelf.partitions)",
+    ]
+    assert rules[".filecoin"] == [
+        "!has(self.filecoin) || self.proofKind in ['window-post', 'winning-post']"]
+    assert rules[".randomness"][0] == "!has(self.filecoin) || has(self.randomness)"
+    assert set(rules) == {".partitions", ".circuitLog2", ".randomness", ".filecoin"}
 
 
 def test_status_enums_follow_the_code():

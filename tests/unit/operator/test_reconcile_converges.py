@@ -8,6 +8,7 @@ interleaving, a job must converge with exactly one pod per partition attempt and
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections import Counter
 
@@ -188,3 +189,44 @@ def test_converges_through_failures_preemptions_suspends_and_operator_crashes(se
     assert cluster.reconcile().actions == []
     assert not any(pod["metadata"]["finalizers"] for pod in cluster.pods.values())
     assert cluster.claims == {}
+
+
+def test_a_real_jobs_proof_is_its_partitions_proofs_in_partition_order():
+    sectors = [{"number": n, "commR": "0x" + "11" * 32, "replica": f"s{n}/sealed",
+                "cache": f"s{n}/cache"} for n in (4, 3, 2, 1)]
+    cluster = Cluster(Make.job("window-post", randomness="0x" + "22" * 32, filecoin={
+        "sectorSize": "2KiB", "volume": {"claimName": "sealed"}, "sectors": sectors}))
+    proofs = {i: f"0x{i + 10:02x}" + "ab" * 191 for i in range(2)}
+    for _ in range(20):
+        cluster.reconcile()
+        cluster.schedule()
+        for pod in live(cluster):
+            name = pod["metadata"]["name"]
+            if pod["status"]["phase"] == "Pending":
+                cluster.start(name)
+            else:
+                index = int(pod["metadata"]["labels"][api.LABEL_PARTITION])
+                cluster.finish(name, message=json.dumps(
+                    {"commitment": commitment_for(index), "proof": proofs[index]}))
+        cluster.tick()
+        if cluster.job.get("status", {}).get("phase") == "Succeeded":
+            break
+    status = cluster.job["status"]
+    assert (status["phase"], status["partitionCount"]) == ("Succeeded", 2)
+    assert [p["proof"] for p in status["partitions"]] == [proofs[0], proofs[1]]
+    assert status["proof"]["bytes"] == "0x" + proofs[0][2:] + proofs[1][2:]
+
+
+def test_a_result_whose_proof_is_not_hex_fails_the_attempt():
+    cluster = Cluster(Make.job("winning-post"))
+    cluster.reconcile()
+    cluster.schedule()
+    (pod,) = live(cluster)
+    cluster.start(pod["metadata"]["name"])
+    cluster.reconcile()
+    cluster.finish(pod["metadata"]["name"], message=json.dumps(
+        {"commitment": commitment_for(0), "proof": "not hex"}))
+    cluster.reconcile()
+    (part,) = cluster.job["status"]["partitions"]
+    assert part["attempt"] == 2
+    assert "proof is not hex" in part["message"]

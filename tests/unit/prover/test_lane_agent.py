@@ -96,6 +96,9 @@ def fnv1a64(data: bytes) -> str:
     ("script", "code", "line"),
     [
         ("exit 2", 2, "invalid input: the prover exited 2"),
+        ("echo reading sectors >&2; echo 'sectors[1].replica: /s/sealed: no such file' >&2;"
+         " exit 2", 2, "invalid input: sectors[1].replica: /s/sealed: no such file"),
+        ("echo out of memory >&2; exit 3", 3, "the prover exited 3: out of memory"),
         ("kill -KILL $$", 1, "the prover was killed by SIGKILL"),
         ("echo own words > $TERMINATION_MESSAGE_PATH; exit 3", 3, "own words\n"),
     ],
@@ -236,6 +239,7 @@ def test_without_calls_the_agent_holds_the_gpu_for_the_whole_run(tmp_path: Path)
         (0, None, True, (0, None)),
         (0, None, False, (1, "the prover exited 0 without a result (kuzk-lane result FILE)")),
         (7, None, False, (7, "the prover exited 7")),
+        (2, None, False, (2, "invalid input: the prover exited 2")),
         (2, None, True, (2, None)),
         (-15, None, False, (1, "the prover was killed by SIGTERM")),
         (1, '{"commitment":"0x01"}', False, (1, "the prover exited 1")),

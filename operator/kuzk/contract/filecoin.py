@@ -1,0 +1,166 @@
+"""A real Filecoin proof's inputs, as a ProofJob's ``spec.filecoin`` states them, and the chain's
+partitioning of them.
+
+A ProofJob with ``spec.filecoin`` proves sealed sectors with filecoin-proofs (the real prover,
+``kuzk-fil-prover``, run under the lane agent) instead of the built-in prover's synthetic
+witness. Its partitions are the chain's: a WindowPoSt over N sectors has ceil(N / sectors per
+partition) partitions, each proving its slice of the sectors sorted by number (the order of the
+verifier's sector map); a WinningPoSt is one partition over the whole sector set, whose
+challenged sector the prover picks. Paths are relative to the PersistentVolumeClaim the job
+names, which every partition pod mounts read-only at ``SECTORS_MOUNT``.
+
+Only the standard library and ``pod`` are imported: the operator and the CRD read it alike.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kuzk.contract.pod import RANDOMNESS_PATTERN
+
+# The kinds the real prover proves; the others keep the built-in prover.
+REAL_KINDS = ("window-post", "winning-post")
+# filecoin-proofs' sector sizes, by the name a ProofJob uses, in bytes.
+SECTOR_SIZES = {
+    "2KiB": 2 << 10,
+    "8MiB": 8 << 20,
+    "512MiB": 512 << 20,
+    "32GiB": 32 << 30,
+    "64GiB": 64 << 30,
+}
+# Sectors in one WindowPoSt partition (filecoin-proofs' WINDOW_POST_SECTOR_COUNT).
+WINDOW_POST_SECTORS_PER_PARTITION = {
+    "2KiB": 2,
+    "8MiB": 2,
+    "512MiB": 2,
+    "32GiB": 2349,
+    "64GiB": 2300,
+}
+# The most sectors a job names: two full partitions at 32 GiB fit one API object (each entry
+# is about 200 bytes); at the small test sizes the 64-partition limit is the bound.
+MAX_SECTORS = 4700
+SMALL_SIZE_MAX_SECTORS = 128
+COMM_R_PATTERN = RANDOMNESS_PATTERN
+# A relative path inside the volume: no leading /, no empty, "." or ".." segment.
+_SEGMENT = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"
+RELATIVE_PATH_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
+PATH_MAX = 1024
+
+# Where a partition pod sees the job's volume and the proof parameters (read-only both).
+SECTORS_VOLUME, SECTORS_MOUNT = "sectors", "/var/lib/kuzk/sectors"
+PARAMETERS_VOLUME, PARAMETERS_MOUNT = "filecoin-parameters", "/var/tmp/filecoin-proof-parameters"
+
+
+@dataclass(frozen=True)
+class Sector:
+    """One sealed sector a proof covers: its number, its sealed commitment, and where its
+    replica and cache are inside the job's volume."""
+
+    number: int
+    comm_r: str
+    replica: str
+    cache: str
+
+
+@dataclass(frozen=True)
+class FilecoinSpec:
+    """A ProofJob's real-proof inputs, its sectors sorted by number."""
+
+    sector_size: str
+    claim_name: str
+    sectors: tuple[Sector, ...]
+
+    def partitions(self, proof_kind: str) -> int:
+        """The chain's number of partitions of this proof."""
+        if proof_kind != "window-post":
+            return 1
+        per = WINDOW_POST_SECTORS_PER_PARTITION[self.sector_size]
+        return math.ceil(len(self.sectors) / per)
+
+    def partition_sectors(self, proof_kind: str, partition: int) -> tuple[Sector, ...]:
+        """The sectors partition ``partition`` proves: its slice of the sorted set for a
+        WindowPoSt, the whole set for a WinningPoSt (the prover picks the challenged one)."""
+        if proof_kind != "window-post":
+            return self.sectors
+        per = WINDOW_POST_SECTORS_PER_PARTITION[self.sector_size]
+        return self.sectors[partition * per:(partition + 1) * per]
+
+    def prover_input(self, proof_kind: str, prover_id: int, randomness: str,
+                     partition: int) -> dict[str, Any]:
+        """What the real prover reads of one partition (the ``filecoin`` key of the pod's
+        input): paths made absolute under the volume's mount."""
+        return {
+            "sectorSize": SECTOR_SIZES[self.sector_size],
+            "proverId": prover_id,
+            "randomness": randomness,
+            "partition": partition,
+            "partitions": self.partitions(proof_kind),
+            "sectors": [
+                {"number": s.number, "commR": s.comm_r,
+                 "replica": posixpath.join(SECTORS_MOUNT, s.replica),
+                 "cache": posixpath.join(SECTORS_MOUNT, s.cache)}
+                for s in self.partition_sectors(proof_kind, partition)
+            ],
+        }
+
+
+def parse(spec: Mapping[str, Any]) -> FilecoinSpec | None:
+    """``spec.filecoin`` of a ProofJob's spec, checked (the CRD's own rules, for objects stored
+    before them); None when the job proves with the built-in prover. ValueError naming the
+    field."""
+    raw = spec.get("filecoin")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        msg = f"spec.filecoin must be an object, got {raw!r}"
+        raise ValueError(msg)
+    kind = spec.get("proofKind")
+    if kind not in REAL_KINDS:
+        msg = f"spec.filecoin: real proofs are {' and '.join(REAL_KINDS)}, not {kind!r}"
+        raise ValueError(msg)
+    size = raw.get("sectorSize")
+    if size not in SECTOR_SIZES:
+        msg = f"spec.filecoin.sectorSize must be one of {list(SECTOR_SIZES)}, got {size!r}"
+        raise ValueError(msg)
+    claim = (raw.get("volume") or {}).get("claimName")
+    if not isinstance(claim, str) or not claim:
+        msg = "spec.filecoin.volume.claimName must name a PersistentVolumeClaim"
+        raise ValueError(msg)
+    entries = raw.get("sectors")
+    if not isinstance(entries, list) or not entries:
+        msg = "spec.filecoin.sectors must list at least one sector"
+        raise ValueError(msg)
+    sectors = sorted((_sector(i, e) for i, e in enumerate(entries)), key=lambda s: s.number)
+    numbers = [s.number for s in sectors]
+    if len(set(numbers)) != len(numbers):
+        msg = "spec.filecoin.sectors names a sector number twice"
+        raise ValueError(msg)
+    return FilecoinSpec(size, claim, tuple(sectors))
+
+
+def _sector(index: int, entry: Any) -> Sector:
+    field = f"spec.filecoin.sectors[{index}]"
+    if not isinstance(entry, Mapping):
+        msg = f"{field} must be an object, got {entry!r}"
+        raise ValueError(msg)
+    number = entry.get("number")
+    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        msg = f"{field}.number must be a sector number, got {number!r}"
+        raise ValueError(msg)
+    comm_r = entry.get("commR")
+    if not isinstance(comm_r, str) or not re.fullmatch(COMM_R_PATTERN, comm_r):
+        msg = f"{field}.commR must be 0x followed by 64 hex digits, got {comm_r!r}"
+        raise ValueError(msg)
+    paths = []
+    for key in ("replica", "cache"):
+        path = entry.get(key)
+        if not isinstance(path, str) or not re.fullmatch(RELATIVE_PATH_PATTERN, path):
+            msg = f"{field}.{key} must be a relative path inside the volume, got {path!r}"
+            raise ValueError(msg)
+        paths.append(path)
+    return Sector(number, comm_r.lower(), paths[0], paths[1])

@@ -1,0 +1,200 @@
+"""Real Filecoin proofs through kuzk, as a storage provider makes them: sealed 2 KiB sectors in a
+volume, a ProofJob with ``spec.filecoin`` applied with kubectl, one pod per chain partition
+running ``kuzk-fil-prover`` under the lane agent, and the proof read back with kubectl and
+``kuzk proof`` verified by filecoin-proofs' own verifier (one changed byte: refused). While it
+runs, the WorkerStatuses never lie (one holder per GPU, only the holder in stage ``gpu``).
+Bad inputs fail their partition at once with the prover's one-line reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kuzk.contract import api
+from testenv import filecoin
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
+from tests.integration.operator.conftest import apply_job, get_job, wait_job
+from tests.integration.operator.test_worker_truth import Sample, _lies, _sample
+
+MINER = 1000
+RANDOMNESS = "0x" + "5a" * 32
+PROOF_BYTES = 192  # one Groth16 proof
+
+
+@pytest.fixture(scope="module")
+def tools() -> filecoin.Tools:
+    return filecoin.build()
+
+
+@pytest.fixture(scope="module")
+def sealed(tools: filecoin.Tools, tmp_path_factory: pytest.TempPathFactory) -> tuple[
+        Path, list[dict[str, Any]]]:
+    """Eight sealed 2 KiB sectors, numbered 1 to 8, and their entries for a ProofJob."""
+    directory = tmp_path_factory.mktemp("sealed")
+    directory.chmod(0o755)
+    return directory, filecoin.seal(tools, directory, miner=MINER, first=1, count=8)
+
+
+@pytest.fixture
+def claim(cluster: Cluster, namespace: str,
+          sealed: tuple[Path, list[dict[str, Any]]]) -> Iterator[str]:
+    volume = filecoin.create_volume(cluster.core, namespace, "sealed", sealed[0])
+    yield "sealed"
+    filecoin.delete_volume(cluster.core, volume)
+
+
+@pytest.fixture
+def real_operator(run_operator: Callable[..., Any], tools: filecoin.Tools) -> None:
+    command = ["kuzk-lane", "run", "--calls", "--", str(tools.prover), "prove"]
+    run_operator("--filecoin-prover-command", json.dumps(command),
+                 "--filecoin-parameters-host-path", str(tools.params))
+
+
+def real_job(name: str, kind: str, sectors: list[dict[str, Any]], claim: str,
+             size: str = "2KiB", randomness: str = RANDOMNESS) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.PROOFJOB_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "proofKind": kind,
+            "sector": {"miner": MINER, "number": sectors[0]["number"]},
+            "randomness": randomness,
+            "backoffLimitPerPartition": 0,
+            "filecoin": {"sectorSize": size, "volume": {"claimName": claim},
+                         "sectors": sectors},
+        },
+    }
+
+
+def verify(tools: filecoin.Tools, job: Path, proof: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tools.prover), "verify", "--job", str(job), "--proof", str(proof)],
+        env={"PATH": "/usr/bin:/bin", **tools.env()}, capture_output=True, text=True,
+        timeout=120, check=False)
+
+
+def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filecoin.Tools,
+                    job: dict[str, Any], partitions: int, tmp_path: Path) -> None:
+    """Apply ``job``, sample its GPUs' WorkerStatuses until it succeeds, read its proof back
+    with kubectl and ``kuzk proof``, and verify it (and a changed copy) with the library."""
+    name = job["metadata"]["name"]
+    samples: list[Sample] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples))
+    sampler.start()
+    try:
+        apply_job(cluster, namespace, job)
+        done = wait_job(cluster, namespace, name, "Succeeded", timeout=400)
+    finally:
+        stop.set()
+        sampler.join()
+    assert done["status"]["partitionCount"] == partitions
+    assert done["status"]["succeeded"] == partitions
+    assert _lies(samples) == []
+    assert any(holder for s in samples for holder in s.holders.values()), (
+        "the GPU phase was never seen held")
+
+    shown = cluster.kubectl("get", "pj", name, "-n", namespace,
+                            "-o", "jsonpath={.status.proof.bytes}").stdout
+    assert len(bytes.fromhex(shown.removeprefix("0x"))) == partitions * PROOF_BYTES
+    job_file = tmp_path / f"{name}.json"
+    job_file.write_text(cluster.kubectl("get", "pj", name, "-n", namespace, "-o", "json").stdout)
+    proof = tmp_path / f"{name}.proof"
+    wrote = subprocess.run(
+        [sys.executable, "-m", "kuzk.cli", "proof", name, "-n", namespace, "-o", str(proof)],
+        env=cluster.env(), capture_output=True, text=True, timeout=60, check=False)
+    assert wrote.returncode == 0, wrote.stderr
+    assert proof.read_bytes().hex() == shown.removeprefix("0x")
+
+    good = verify(tools, job_file, proof)
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.startswith("verified")
+    changed = bytearray(proof.read_bytes())
+    changed[len(changed) // 2] ^= 0x01
+    bad_proof = tmp_path / f"{name}.changed"
+    bad_proof.write_bytes(bytes(changed))
+    bad = verify(tools, job_file, bad_proof)
+    assert bad.returncode == 1, (bad.stdout, bad.stderr)
+    assert "does not verify" in bad.stderr
+
+
+def test_a_real_window_post_over_eight_sectors_proves_in_four_partitions(
+        cluster: Cluster, namespace: str, nodes: Any, real_operator: None, tools: filecoin.Tools,
+        sealed: tuple[Path, list[dict[str, Any]]], claim: str, tmp_path: Path) -> None:
+    kubelet = nodes(1, gpus=2, replicas=2)
+    prove_and_check(cluster, namespace, kubelet, tools,
+                    real_job("wpost", "window-post", sealed[1], claim), 4, tmp_path)
+
+
+def test_a_real_winning_post_proves_and_verifies(
+        cluster: Cluster, namespace: str, nodes: Any, real_operator: None, tools: filecoin.Tools,
+        sealed: tuple[Path, list[dict[str, Any]]], claim: str, tmp_path: Path) -> None:
+    kubelet = nodes(1, gpus=1)
+    prove_and_check(cluster, namespace, kubelet, tools,
+                    real_job("winpost", "winning-post", sealed[1], claim), 1, tmp_path)
+
+
+def _failed_message(cluster: Cluster, namespace: str, name: str) -> str:
+    job = wait_job(cluster, namespace, name, "Failed", timeout=180)
+    (part,) = job["status"]["partitions"]
+    assert (part["state"], part["reason"], part["attempt"]) == ("failed", "InvalidInput", 1)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert part["message"] in failed["message"]
+    message: str = part["message"]
+    return message
+
+
+def test_bad_real_inputs_fail_at_once_with_the_provers_reason(
+        cluster: Cluster, namespace: str, nodes: Any, real_operator: None,
+        sealed: tuple[Path, list[dict[str, Any]]], claim: str) -> None:
+    nodes(1, gpus=2, replicas=2)
+    first, second = sealed[1][:2]
+    cases = {
+        "no-replica": ([{**first, "replica": "s-t01000-1/missing"}], "2KiB",
+                       "sectors[0].replica"),
+        "wrong-commr": ([{**first, "commR": second["commR"]}], "2KiB",
+                        "sectors[0].commR"),
+        "wrong-size": ([first], "8MiB", "size"),
+    }
+    for name, (sectors, size, _) in cases.items():
+        apply_job(cluster, namespace, real_job(name, "winning-post", sectors, claim, size))
+    for name, (_, _, field) in cases.items():
+        message = _failed_message(cluster, namespace, name)
+        assert field in message, (name, message)
+        assert "\n" not in message
+        assert message.startswith("invalid input: kuzk-fil-prover: "), message
+
+    refused = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", check=False,
+        input=json.dumps(real_job("bad-randomness", "window-post", [first], claim,
+                                  randomness="0x1234")))
+    assert refused.returncode != 0
+    assert "randomness" in refused.stderr
+
+
+def test_a_real_job_whose_volume_is_missing_waits_pending_saying_so(
+        cluster: Cluster, namespace: str, nodes: Any, real_operator: None,
+        sealed: tuple[Path, list[dict[str, Any]]]) -> None:
+    nodes(1, gpus=1)
+    apply_job(cluster, namespace, real_job("no-volume", "winning-post", sealed[1][:1],
+                                           "not-there"))
+
+    def scheduling_event() -> str | None:
+        events = cluster.core.list_namespaced_event(namespace).items
+        return next((e.message for e in events if e.reason == "FailedScheduling"
+                     and "not-there" in (e.message or "")), None)
+
+    message = wait_for(scheduling_event, 60, "a FailedScheduling event naming the claim")
+    assert "persistentvolumeclaim" in message.lower()
+    job = get_job(cluster, namespace, "no-volume")
+    assert job is not None
+    assert [p["state"] for p in job["status"]["partitions"]] == ["pending"]

@@ -1,0 +1,124 @@
+"""A real proof's inputs (``spec.filecoin``): the chain's partitions, what each partition pod is
+given, and the reasons a bad spec is refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kuzk.contract import api, filecoin, pod
+from kuzk.operator.pods import PodSettings, pod_manifest
+
+
+def sectors(*numbers: int) -> list[dict[str, Any]]:
+    return [{"number": n, "commR": "0x" + f"{n:02x}" * 32, "replica": f"s-t01000-{n}/sealed",
+             "cache": f"s-t01000-{n}/cache"} for n in numbers]
+
+
+def job(kind: str = "window-post", **real: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "proofKind": kind,
+        "sector": {"miner": 1000, "number": 1},
+        "randomness": "0x" + "ab" * 32,
+        "filecoin": {"sectorSize": "2KiB", "volume": {"claimName": "sealed"},
+                     "sectors": sectors(8, 3, 1, 5, 2, 7, 4, 6), **real},
+    }
+    return {"metadata": {"name": "wpost", "namespace": "sp", "uid": "u-1"}, "spec": spec}
+
+
+def test_a_window_post_has_the_chains_partitions_over_sorted_sectors() -> None:
+    spec = api.resolve(job())
+    assert spec.filecoin is not None
+    assert spec.partitions == 4
+    assert [s.number for s in spec.filecoin.partition_sectors("window-post", 2)] == [5, 6]
+    odd = api.resolve(job(sectors=sectors(9, 1, 4)))
+    assert odd.partitions == 2
+    assert odd.filecoin is not None
+    assert [s.number for s in odd.filecoin.partition_sectors("window-post", 1)] == [9]
+
+
+def test_a_winning_post_is_one_partition_over_the_whole_set() -> None:
+    spec = api.resolve(job("winning-post"))
+    assert spec.partitions == 1
+    assert spec.filecoin is not None
+    assert len(spec.filecoin.partition_sectors("winning-post", 0)) == 8
+
+
+def test_a_real_partition_pod_runs_the_real_prover_on_its_sectors_read_only() -> None:
+    settings = PodSettings(image="prover:1", filecoin_command=("kuzk-lane", "run", "--", "p"),
+                           filecoin_parameters_host_path="/srv/params")
+    manifest = pod_manifest(api.resolve(job()), 1, 1, settings)
+    container = manifest["spec"]["containers"][0]
+    assert container["command"] == ["kuzk-lane", "run", "--", "p"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[pod.PARAMETER_CACHE_ENV] == filecoin.PARAMETERS_MOUNT
+    real = json.loads(env[pod.INPUT_ENV])[pod.FILECOIN_INPUT_KEY]
+    assert real == {
+        "sectorSize": 2048, "proverId": 1000, "randomness": "0x" + "ab" * 32,
+        "partition": 1, "partitions": 4,
+        "sectors": [{"number": n, "commR": "0x" + f"{n:02x}" * 32,
+                     "replica": f"{filecoin.SECTORS_MOUNT}/s-t01000-{n}/sealed",
+                     "cache": f"{filecoin.SECTORS_MOUNT}/s-t01000-{n}/cache"} for n in (3, 4)],
+    }
+    volumes = {v["name"]: v for v in manifest["spec"]["volumes"]}
+    assert volumes[filecoin.SECTORS_VOLUME]["persistentVolumeClaim"] == {
+        "claimName": "sealed", "readOnly": True}
+    assert volumes[filecoin.PARAMETERS_VOLUME]["hostPath"] == {
+        "path": "/srv/params", "type": "Directory"}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts[filecoin.SECTORS_VOLUME]["readOnly"] is True
+    assert mounts[filecoin.PARAMETERS_VOLUME]["readOnly"] is True
+
+
+def test_a_synthetic_job_keeps_the_built_in_prover() -> None:
+    plain = job()
+    del plain["spec"]["filecoin"]
+    manifest = pod_manifest(api.resolve(plain), 0, 1, PodSettings(image="prover:1"))
+    container = manifest["spec"]["containers"][0]
+    assert container["command"] == ["kuzk-prover"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert pod.FILECOIN_INPUT_KEY not in json.loads(env[pod.INPUT_ENV])
+    assert pod.PARAMETER_CACHE_ENV not in env
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"sectorSize": "4KiB"}, "spec.filecoin.sectorSize must be one of"),
+        ({"volume": {}}, "spec.filecoin.volume.claimName must name"),
+        ({"sectors": []}, "spec.filecoin.sectors must list at least one sector"),
+        ({"sectors": [*sectors(1), *sectors(1)]}, "names a sector number twice"),
+        ({"sectors": [{**sectors(1)[0], "commR": "0x12"}]},
+         "spec.filecoin.sectors[0].commR must be 0x followed by 64 hex digits"),
+        ({"sectors": [{**sectors(1)[0], "replica": "../etc/passwd"}]},
+         "spec.filecoin.sectors[0].replica must be a relative path inside the volume"),
+        ({"sectors": [{**sectors(1)[0], "cache": "/var/lib"}]},
+         "spec.filecoin.sectors[0].cache must be a relative path"),
+    ],
+)
+def test_a_bad_real_spec_is_refused_naming_its_field(change: dict[str, Any], reason: str) -> None:
+    with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        api.resolve(job(**change))
+
+
+def test_only_the_post_kinds_prove_for_real() -> None:
+    with pytest.raises(ValueError, match="real proofs are window-post and winning-post"):
+        api.resolve(job("porep-c2"))
+
+
+@pytest.mark.parametrize("path", ["a", "a/b.c", ".hidden/x", "..x/y", "s-t01000-1/sealed"])
+def test_relative_paths_inside_the_volume_are_accepted(path: str) -> None:
+    assert filecoin._sector(0, {**sectors(1)[0], "replica": path}).replica == path
+
+
+def test_a_proof_is_read_only_once_a_real_job_succeeded() -> None:
+    done = {**job(), "status": {"phase": "Succeeded", "proof": {"bytes": "0x0102"}}}
+    assert api.proof_bytes(done) == b"\x01\x02"
+    running = {**job(), "status": {"phase": "Running", "succeeded": 1, "partitionCount": 4}}
+    with pytest.raises(ValueError, match="Running, 1 of 4 partitions done"):
+        api.proof_bytes(running)
+    synthetic = {"spec": {"proofKind": "window-post"}, "status": done["status"]}
+    with pytest.raises(ValueError, match="not a real proof"):
+        api.proof_bytes(synthetic)
