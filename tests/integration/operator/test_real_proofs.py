@@ -22,7 +22,13 @@ from testenv import filecoin
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, wait_job
-from tests.integration.operator.test_worker_truth import Sample, _lies, _sample
+from tests.integration.operator.test_worker_truth import (
+    Sample,
+    _lies,
+    _sample,
+    _watch_versions,
+    _written,
+)
 
 MINER = 1000
 RANDOMNESS = "0x" + "5a" * 32
@@ -88,20 +94,26 @@ def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filec
     with kubectl and ``kuzk proof``, and verify it (and a changed copy) with the library."""
     name = job["metadata"]["name"]
     samples: list[Sample] = []
+    versions: list[dict[str, Any]] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples))
-    sampler.start()
+    threads = [threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples)),
+               threading.Thread(target=_watch_versions, args=(cluster, stop, versions))]
+    for thread in threads:
+        thread.start()
     try:
         apply_job(cluster, namespace, job)
         done = wait_job(cluster, namespace, name, "Succeeded", timeout=400)
+        pods = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
+        wait_for(lambda: _written(versions)[0] >= pods, 30,
+                 "every partition's hold of the GPU phase, as written")
     finally:
         stop.set()
-        sampler.join()
-    assert done["status"]["partitionCount"] == partitions
+        for thread in threads:
+            thread.join()
+    assert done["status"]["partitionCount"] == partitions == len(pods)
     assert done["status"]["succeeded"] == partitions
+    # Only the holder is ever in stage gpu, and no working prover's lane is lost.
     assert _lies(samples) == []
-    assert any(holder for s in samples for holder in s.holders.values()), (
-        "the GPU phase was never seen held")
 
     shown = cluster.kubectl("get", "pj", name, "-n", namespace,
                             "-o", "jsonpath={.status.proof.bytes}").stdout
@@ -173,12 +185,21 @@ def test_bad_real_inputs_fail_at_once_with_the_provers_reason(
         assert "\n" not in message
         assert message.startswith("invalid input: kuzk-fil-prover: "), message
 
-    refused = cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", check=False,
-        input=json.dumps(real_job("bad-randomness", "window-post", [first], claim,
-                                  randomness="0x1234")))
-    assert refused.returncode != 0
-    assert "randomness" in refused.stderr
+    refusals = {
+        "randomness": real_job("bad", "window-post", [first], claim, randomness="0x1234"),
+        "commR": real_job("bad", "window-post", [{**first, "commR": "0x12"}], claim),
+        "replica": real_job("bad", "window-post", [{**first, "replica": "../../etc"}], claim),
+        "partitions": {**(job := real_job("bad", "window-post", [first], claim)),
+                       "spec": {**job["spec"], "partitions": 3}},
+        "real proofs are window-post and winning-post": real_job("bad", "porep-c2", [first],
+                                                                 claim),
+    }
+    for field, manifest in refusals.items():
+        refused = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False,
+                                  input=json.dumps(manifest))
+        assert refused.returncode != 0, field
+        assert field in refused.stderr, (field, refused.stderr)
+    assert get_job(cluster, namespace, "bad") is None
 
 
 def test_a_real_job_whose_volume_is_missing_waits_pending_saying_so(

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api
@@ -83,6 +83,34 @@ def _sample(cluster: Cluster, kubelet: ProcessKubelet, namespace: str, stop: thr
         samples.append(Sample(time.monotonic(), working, lanes, holders, in_gpu))
 
 
+def _watch_versions(cluster: Cluster, stop: threading.Event,
+                    versions: list[dict[str, Any]]) -> None:
+    """Every version of every WorkerStatus the API server holds from the start until ``stop``:
+    a watch delivers each write, where a sampler sees only what lasts past its period."""
+    custom = client.CustomObjectsApi(cluster.api)
+    listed = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
+    versions.extend(listed["items"])
+    version = listed["metadata"]["resourceVersion"]
+    while not stop.is_set():
+        for event in watch.Watch().stream(
+                custom.list_cluster_custom_object, api.GROUP, api.VERSION,
+                api.WORKERSTATUS_PLURAL, resource_version=version, timeout_seconds=1):
+            version = event["object"]["metadata"]["resourceVersion"]
+            versions.append(event["object"])
+
+
+def _written(versions: list[dict[str, Any]]) -> tuple[set[str], int]:
+    """The pods that held a GPU phase in some written version, and the most lanes one GPU
+    had at once."""
+    held, most = set(), 0
+    for ws in list(versions):
+        for w in (ws.get("status") or {}).get("workers") or []:
+            if uid := (w.get("holder") or {}).get("pod", {}).get("uid"):
+                held.add(uid)
+            most = max(most, len(w.get("lanes") or []))
+    return held, most
+
+
 def _lies(samples: list[Sample]) -> list[str]:
     """Samples where a GPU no longer shows the lane of a pod that joined it while that pod is
     still running and still working on its partition, where a lane in stage gpu is not the
@@ -119,26 +147,34 @@ def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace:
                                                     run_operator) -> None:
     """Two lanes per GPU (time-slicing replicas) on 2 nodes x 2 GPUs, sampled every 0.1 s:
     no lane of a working pod lost, never a lane in stage gpu that is not the holder (so never
-    two lanes in one GPU's phase), every partition done, no pod left on its finalizer."""
+    two lanes in one GPU's phase); as written (every version, through a watch): every
+    partition held its GPU's phase, two lanes shared a GPU and never more; every partition
+    done, no pod left on its finalizer."""
     kubelet = nodes(2, gpus=2, replicas=2)
     run_operator(*REAL_PROVER)
     samples: list[Sample] = []
+    versions: list[dict[str, Any]] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample,
-                               args=(cluster, kubelet, namespace, stop, samples))
-    sampler.start()
+    threads = [threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples)),
+               threading.Thread(target=_watch_versions, args=(cluster, stop, versions))]
+    for thread in threads:
+        thread.start()
     try:
         apply_job(cluster, namespace, proofjob("truth", circuitLog2=18))
         job = wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
+        pods = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
+        # The last holds were written before the job succeeded; the watch delivers them.
+        wait_for(lambda: _written(versions)[0] >= pods, 30,
+                 "every partition's hold of the GPU phase, as written")
     finally:
         stop.set()
-        sampler.join()
+        for thread in threads:
+            thread.join()
     assert job["status"]["succeeded"] == 16
-    proving_seen = {uid for s in samples for uid in s.holders.values() if uid}
-    assert len(proving_seen) >= 8, "the sampler should see most partitions in the GPU phase"
+    held, most_lanes = _written(versions)
+    assert held == pods and len(pods) == 16
+    assert most_lanes == 2, "two lanes share a GPU, and never more"
     assert _lies(samples) == []
-    shared = [s for s in samples if any(len(uids) > 1 for uids in s.lanes.values())]
-    assert shared, "two lanes should share a GPU at some point"
     assert all(len(uids) <= 2 for s in samples for uids in s.lanes.values())
     finalized = [p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items
                  if api.FINALIZER in (p.metadata.finalizers or [])]
