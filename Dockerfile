@@ -7,7 +7,10 @@
 #   docker build --target prover -t kuzk-prover \
 #       --build-arg BASE_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04 --build-arg EXTRAS=gpu .
 #       the partition prover (`kuzk-prover`) on a CUDA runtime with CuPy; without those two
-#       arguments, a CPU-only prover (NumPy) on the default base
+#       arguments, a CPU-only prover (NumPy) on the default base. Both carry the real prover,
+#       `kuzk-fil-prover` (Rust, filecoin-proofs on the CPU), built from its locked sources in
+#       RUST_IMAGE (any image with cargo and a C linker whose glibc is not newer than the
+#       base's)
 #
 # BASE_IMAGE is any Debian or Ubuntu image (python3 3.11 or later and its venv module are
 # installed when missing); EXTRAS names more extras of the prover to install (`gpu`: CuPy). The test
@@ -15,6 +18,15 @@
 # CuPy compiles the kernels on first use and keeps them under CUPY_CACHE_DIR; mount a writable
 # volume (an emptyDir) at /var/cache/kuzk when the root filesystem is read-only.
 ARG BASE_IMAGE=python:3.12-slim
+ARG RUST_IMAGE=rust:1-bookworm
+
+FROM ${RUST_IMAGE} AS build-fil-prover
+WORKDIR /src/fil_prover
+COPY prover_image/fil_prover ./
+# The target directory is a build cache: a rebuild compiles only what changed.
+RUN --mount=type=cache,target=/src/fil_prover/target \
+    cargo build --release --locked \
+    && install -D -m 0755 target/release/kuzk-fil-prover /out/kuzk-fil-prover
 
 FROM ${BASE_IMAGE} AS base
 ENV DEBIAN_FRONTEND=noninteractive
@@ -51,6 +63,7 @@ RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin 
 
 FROM runtime AS prover
 COPY --from=build-prover /opt/kuzk /opt/kuzk
+COPY --from=build-fil-prover /out/kuzk-fil-prover /opt/kuzk/bin/kuzk-fil-prover
 ENV CUPY_CACHE_DIR=/var/cache/kuzk/cupy
 RUN mkdir -p /var/cache/kuzk/cupy && chown -R 10001:10001 /var/cache/kuzk
 VOLUME /var/cache/kuzk

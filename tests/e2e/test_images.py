@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from kuzk.contract import api
+from testenv import filecoin
 from testenv.cluster import Cluster
 from testenv.runtime import IMAGES_SCRIPT, Images, build_images, podman
 from tests.integration.operator.conftest import apply_job, job_pods, proofjob, wait_job
@@ -69,6 +70,21 @@ def test_images_run_as_non_root_on_a_read_only_root(images: Images) -> None:
     # The test bed's prover has no CuPy: it proves with NumPy.
     assert _run(images.prover, "python3", "-c",
                 "import importlib.util as u, kuzk_prover; print(u.find_spec('cupy'))") == "None"
+
+
+def test_the_prover_image_carries_the_real_prover(images: Images, tmp_path: Path) -> None:
+    """``kuzk-fil-prover``, built in the image's Rust stage, runs there as uid 10001 and seals
+    the same sector, to the same comm_r, as the test bed's own build."""
+    proc = podman("run", "--rm", "--pull=never", "--read-only", "--cap-drop=ALL",
+                  "--security-opt=no-new-privileges", "--network=none",
+                  "--tmpfs", "/work:rw,mode=1777", "--env", "FIL_PROOFS_PARENT_CACHE=/work/parents",
+                  "--entrypoint", json.dumps(["kuzk-fil-prover", "seal", "--dir", "/work/s",
+                                              "--miner", "1000", "--first", "7", "--count", "1"]),
+                  images.prover)
+    assert proc.returncode == 0, proc.stderr
+    (inside,) = json.loads(proc.stdout)
+    (outside,) = filecoin.seal(filecoin.build(), tmp_path, miner=1000, first=7, count=1)
+    assert inside == outside
 
 
 def test_each_image_carries_its_own_dependencies_at_the_tested_versions(images: Images) -> None:

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "Dockerfile"
 TARGETS = {"operator": "kuzk", "prover": "kuzk-prover"}  # target: its entrypoint
 DEFAULT_BASE = "python:3.12-slim"
+DEFAULT_RUST = "rust:1-bookworm"
 CUDA_BASE = "nvidia/cuda:12.6.3-runtime-ubuntu24.04"  # what README builds the prover on
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
@@ -153,7 +154,10 @@ def test_each_image_installs_the_project_with_its_extra_at_the_tested_versions()
     assert not missing, f"the build stage does not copy {sorted(missing)}"
     for target in TARGETS:
         froms = [a for kw, a in _stages()[target] if kw == "COPY" and a.startswith("--from")]
-        assert froms == [f"--from=build-{target} /opt/kuzk /opt/kuzk"], (target, froms)
+        assert froms[0] == f"--from=build-{target} /opt/kuzk /opt/kuzk", (target, froms)
+        # The prover's image carries the real prover too, built in its own stage.
+        real = ["--from=build-fil-prover /out/kuzk-fil-prover /opt/kuzk/bin/kuzk-fil-prover"]
+        assert froms[1:] == (real if target == "prover" else []), (target, froms)
 
 
 def test_extras_are_a_build_argument() -> None:
@@ -169,11 +173,15 @@ def test_base_image_is_a_build_argument() -> None:
     before = {args.partition("=")[0]: args.partition("=")[2]
               for kw, args in instructions[:first_from] if kw == "ARG"}
     assert before.get("BASE_IMAGE") == DEFAULT_BASE
+    assert before.get("RUST_IMAGE") == DEFAULT_RUST
     stages: set[str] = set()
     for keyword, args in instructions:
         if keyword == "FROM":
             image, _, stage = args.partition(" AS ")
-            assert image in {"${BASE_IMAGE}", *stages}, f"FROM {args}"
+            # Only the real prover's build runs on the Rust toolchain's image.
+            allowed = {"${RUST_IMAGE}"} if stage.strip() == "build-fil-prover" else {
+                "${BASE_IMAGE}", *stages}
+            assert image in allowed, f"FROM {args}"
             stages.add(stage.strip())
 
 
