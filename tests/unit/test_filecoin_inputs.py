@@ -119,6 +119,9 @@ def test_a_proof_is_read_only_once_a_real_job_succeeded() -> None:
     running = {**job(), "status": {"phase": "Running", "succeeded": 1, "partitionCount": 4}}
     with pytest.raises(ValueError, match="Running, 1 of 4 partitions done"):
         api.proof_bytes(running)
+    failed = {**job(), "status": {"phase": "Failed", "succeeded": 3, "partitionCount": 4}}
+    with pytest.raises(ValueError, match="Failed with 3 of 4 partitions done: a failed job has"):
+        api.proof_bytes(failed)
     synthetic = {"spec": {"proofKind": "window-post"}, "status": done["status"]}
     with pytest.raises(ValueError, match="not a real proof"):
         api.proof_bytes(synthetic)

@@ -244,10 +244,13 @@ def proof_bytes(job: Mapping[str, Any]) -> bytes:
         msg = "not a real proof (no spec.filecoin): its partitions prove synthetic witnesses"
         raise ValueError(msg)
     text = (status.get("proof") or {}).get("bytes")
-    if status.get("phase") != PHASE_SUCCEEDED or not isinstance(text, str):
-        msg = (f"{status.get('phase') or PHASE_PENDING}, {status.get('succeeded') or 0} of"
-               f" {status.get('partitionCount') or '?'} partitions done: the proof is there"
-               " once it succeeds")
+    phase = status.get("phase") or PHASE_PENDING
+    done = f"{status.get('succeeded') or 0} of {status.get('partitionCount') or '?'} partitions"
+    if phase == PHASE_FAILED:
+        msg = f"Failed with {done} done: a failed job has no proof"
+        raise ValueError(msg)
+    if phase != PHASE_SUCCEEDED or not isinstance(text, str):
+        msg = f"{phase}, {done} done: the proof is there once it succeeds"
         raise ValueError(msg)
     return bytes.fromhex(text.removeprefix("0x"))
 

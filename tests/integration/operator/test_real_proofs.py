@@ -30,6 +30,9 @@ from tests.integration.operator.test_worker_truth import (
     _written,
 )
 
+# It runs on the e2e tier's worker (tests/conftest.py), which has the time.
+pytestmark = pytest.mark.e2e_worker
+
 MINER = 1000
 RANDOMNESS = "0x" + "5a" * 32
 PROOF_BYTES = 192  # one Groth16 proof
@@ -184,6 +187,14 @@ def test_bad_real_inputs_fail_at_once_with_the_provers_reason(
         assert field in message, (name, message)
         assert "\n" not in message
         assert message.startswith("invalid input: kuzk-fil-prover: "), message
+    # A failed job has no proof to read, and kuzk proof says so in one line.
+    nothing = subprocess.run(
+        [sys.executable, "-m", "kuzk.cli", "proof", "no-replica", "-n", namespace, "-o",
+         "/dev/null"], env=cluster.env(), capture_output=True, text=True, timeout=60,
+        check=False)
+    assert (nothing.returncode, nothing.stderr) == (1, (
+        f"error: ProofJob {namespace}/no-replica: Failed with 0 of 1 partitions done: a failed"
+        " job has no proof\n"))
 
     refusals = {
         "randomness": real_job("bad", "window-post", [first], claim, randomness="0x1234"),
