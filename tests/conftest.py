@@ -38,7 +38,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # marked ``cluster``, so ``-m "not cluster"`` is the unit tier and starts none.
         if tier != ("unit",) or "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
-        if tier in (("e2e",), ("kind",)):
+        # A few long control-plane tests run on the e2e tier's worker, which has the time:
+        # the two workers then end at about the same moment.
+        if tier in (("e2e",), ("kind",)) or item.get_closest_marker("e2e_worker"):
             item.add_marker(pytest.mark.xdist_group("e2e"))
         elif "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("cluster"))

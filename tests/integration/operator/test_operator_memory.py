@@ -13,12 +13,16 @@ import gc
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from kubernetes import client
 
 from kuzk.contract import api
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import InProcessOperator, proofjob
+
+# A minute of its own: it runs on the e2e tier's worker (tests/conftest.py).
+pytestmark = pytest.mark.e2e_worker
 
 JOBS, BATCH, WARMUP = 1000, 100, 200
 

@@ -14,6 +14,7 @@ import signal
 import time
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -23,6 +24,9 @@ from testenv.kubelet import ProcessKubelet
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import Plan, apply_job, proofjob, wait_job
 from tests.integration.status.server import StatusServer
+
+# Mostly waiting on the probes' periods: it runs on the e2e tier's worker (tests/conftest.py).
+pytestmark = pytest.mark.e2e_worker
 
 HANDOVER_S = 90.0
 log = logging.getLogger(__name__)
