@@ -11,12 +11,14 @@ It reports pod status as a kubelet does, runs probes, restarts containers by
 ``restartPolicy`` and honours deletion (SIGTERM, grace period, SIGKILL, then delete with
 grace 0 so that the API server applies finalizers).
 
-Three things differ from a real kubelet because a process cannot have files mounted at fixed
-paths: the termination-message file's path is given in ``TERMINATION_MESSAGE_PATH``, the
-ServiceAccount credentials come as ``KUBECONFIG`` instead of the in-cluster token files, and
-each pod's temporary directory (a container's own ``/tmp``, not the host's shared one) is
-given in ``TMPDIR``. Each probe of a container runs on its own schedule, as the kubelet's
-probe workers do: a slow exec probe does not hold back the others.
+A process's hostPath and PersistentVolumeClaim volumes are bind-mounted at their mountPaths
+in a mount namespace of its own (``testenv/mounts.py``); its other files are not mounted,
+and three things differ from a real kubelet: the termination-message file's path is given in
+``TERMINATION_MESSAGE_PATH``, the ServiceAccount credentials come as ``KUBECONFIG`` instead
+of the in-cluster token files, and each pod's temporary directory (a container's own
+``/tmp``, not the host's shared one) is given in ``TMPDIR``. Each probe of a container runs
+on its own schedule, as the kubelet's probe workers do: a slow exec probe does not hold back
+the others.
 Container restart back-off is 1 s doubling to 10 s (a real kubelet uses 10 s to 5 min).
 A pod whose images are all in the local podman store, or served by a registry on this
 machine's loopback (which it pulls them from with the pod's imagePullSecrets), runs as real

@@ -29,6 +29,7 @@ from tests.integration.operator.test_worker_truth import (
     _watch_versions,
     _written,
 )
+from tests.integration.status.server import StatusServer, running
 
 # It runs on the e2e tier's worker (tests/conftest.py), which has the time.
 pytestmark = pytest.mark.e2e_worker
@@ -93,30 +94,41 @@ def verify(tools: filecoin.Tools, job: Path, proof: Path) -> subprocess.Complete
 
 def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filecoin.Tools,
                     job: dict[str, Any], partitions: int, tmp_path: Path) -> None:
-    """Apply ``job``, sample its GPUs' WorkerStatuses until it succeeds, read its proof back
-    with kubectl and ``kuzk proof``, and verify it (and a changed copy) with the library."""
+    """Apply ``job``, sample its GPUs' WorkerStatuses and the status server until it succeeds,
+    read its proof back with kubectl and ``kuzk proof``, and verify it (and a changed copy)
+    with the library."""
     name = job["metadata"]["name"]
     samples: list[Sample] = []
     versions: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     stop = threading.Event()
-    threads = [threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples)),
-               threading.Thread(target=_watch_versions, args=(cluster, stop, versions))]
-    for thread in threads:
-        thread.start()
-    try:
-        apply_job(cluster, namespace, job)
-        done = wait_job(cluster, namespace, name, "Succeeded", timeout=400)
-        pods = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
-        wait_for(lambda: _written(versions)[0] >= pods, 30,
-                 "every partition's hold of the GPU phase, as written")
-    finally:
-        stop.set()
+    with running(cluster, tmp_path / "status-server.log", "--namespace", namespace) as server:
+        threads = [
+            threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples)),
+            threading.Thread(target=_watch_versions, args=(cluster, stop, versions)),
+            threading.Thread(target=_poll_status, args=(server, stop, shown)),
+        ]
         for thread in threads:
-            thread.join()
+            thread.start()
+        try:
+            apply_job(cluster, namespace, job)
+            done = wait_job(cluster, namespace, name, "Succeeded", timeout=400)
+            pods = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
+            wait_for(lambda: _written(versions)[0] >= pods, 30,
+                     "every partition's hold of the GPU phase, as written")
+            final = wait_for(lambda: _finished(server.status(), name, partitions), 30,
+                             "/status showing every partition done")
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
     assert done["status"]["partitionCount"] == partitions == len(pods)
     assert done["status"]["succeeded"] == partitions
-    # Only the holder is ever in stage gpu, and no working prover's lane is lost.
+    # Only the holder is ever in stage gpu, and no working prover's lane is lost; /status
+    # never shows more of the job's partitions in gpu than GPUs held.
     assert _lies(samples) == []
+    assert all(in_gpu <= held for in_gpu, held in (_gpu_counts(doc, name) for doc in shown))
+    assert [q["state"] for q in final["partitions"]] == ["done"] * partitions
 
     shown = cluster.kubectl("get", "pj", name, "-n", namespace,
                             "-o", "jsonpath={.status.proof.bytes}").stdout
@@ -140,6 +152,29 @@ def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filec
     bad = verify(tools, job_file, bad_proof)
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
     assert "does not verify" in bad.stderr
+
+
+def _poll_status(server: StatusServer, stop: threading.Event,
+                 shown: list[dict[str, Any]]) -> None:
+    while not stop.wait(0.2):
+        shown.append(server.status())
+
+
+def _pipeline(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((p for p in doc["pipelines"] if p["name"] == name), None)
+
+
+def _finished(doc: dict[str, Any], name: str, partitions: int) -> dict[str, Any] | None:
+    p = _pipeline(doc, name)
+    done = p is not None and p["partitions_done"] == p["total_partitions"] == partitions
+    return p if done else None
+
+
+def _gpu_counts(doc: dict[str, Any], name: str) -> tuple[int, int]:
+    """(the job's partitions /status shows in gpu, the GPUs it shows held)."""
+    p = _pipeline(doc, name)
+    in_gpu = sum(q["state"] == "gpu" for q in (p or {}).get("partitions") or [])
+    return in_gpu, sum(w["state"] == "gpu" for w in doc["gpu_workers"])
 
 
 def test_a_real_window_post_over_eight_sectors_proves_in_four_partitions(
