@@ -71,6 +71,9 @@ BAD_ENV: dict[str, tuple[dict[str, str | None], str]] = {
     ),
     "input not json": ({"KUZK_INPUT": "{sector"}, "KUZK_INPUT is not JSON"),
     "unknown input key": ({"KUZK_INPUT": _input_with(extra=1)}, "unknown keys ['extra']"),
+    "a real proof's partition": ({"KUZK_INPUT": _input_with(filecoin={"sectorSize": 2048})},
+                                 "KUZK_INPUT.filecoin is a real proof's; kuzk-prover proves"
+                                 " synthetic witnesses only"),
     "missing attempt": ({"KUZK_ATTEMPT": None}, "KUZK_ATTEMPT is missing"),
     "unknown backend": ({"KUZK_BACKEND": "tpu"}, "KUZK_BACKEND='tpu' is not one of"),
 }
