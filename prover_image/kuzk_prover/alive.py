@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kuzk.contract.pod import FAILED_EXIT_CODE, INVALID_INPUT_EXIT_CODE, OK_EXIT_CODE
@@ -36,11 +37,13 @@ def alive_file() -> Path:
 
 class Pulse:
     """Touches ``path`` every ``every`` seconds from a daemon thread, from ``start`` until
-    ``stop`` (which removes the file). A context manager."""
+    ``stop`` (which removes the file), each time ``beating`` says so (by default always: the
+    process that keeps the pulse is the prover). A context manager."""
 
     def __init__(self, path: Path | None = None, every: float = PULSE_S) -> None:
         self.path = path or alive_file()
         self.every = every
+        self.beating: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kuzk-pulse", daemon=True)
 
@@ -64,13 +67,25 @@ class Pulse:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            self._touch()
+            if self.beating():
+                self._touch()
 
     def _touch(self) -> None:
         # A file that cannot be written makes the probes fail, which says what is wrong in
         # the pod's events; the proof itself goes on until then.
         with contextlib.suppress(OSError):
             self.path.touch()
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, a debugger's stop), as its /proc stat
+    says; False where it cannot be read (it is gone, or this is not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the command's name, which is in parentheses and may hold spaces.
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
 
 
 def age(path: Path, now: float | None = None) -> float | None:

@@ -42,7 +42,7 @@ from kuzk.contract.pod import (
 )
 from kuzk.contract.workers import Acquired
 from kuzk_prover import inputs
-from kuzk_prover.alive import Pulse
+from kuzk_prover.alive import Pulse, stopped
 from kuzk_prover.inputs import InputError, PodIdentity
 from kuzk_prover.lane_protocol import (
     ACQUIRE,
@@ -213,6 +213,10 @@ class LaneServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         super().__init__(address(name), _Handler)
 
 
+def _running(pid: int) -> bool:
+    return not stopped(pid)
+
+
 def _write(path: Path, text: str) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
@@ -244,13 +248,15 @@ def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None
     logs.set_context(job=f"{pod.namespace}/{pod.job}", partition=pod.partition,
                      pod=pod.pod_name or None)
     # The pod's probes read the agent's pulse: an agent that stops is killed, and its lane
-    # freed. The pulse is the agent's: a prover that hangs while the agent runs is not seen.
-    with Pulse():
-        return _run_on_lane(command, calls, env, path, pod)
+    # freed. Once the prover runs, the pulse stops while the prover is stopped (SIGSTOP, a
+    # debugger), so a stopped prover holding the GPU phase loses it as the built-in one does;
+    # a prover that hangs while running is not seen.
+    with Pulse() as pulse:
+        return _run_on_lane(command, calls, env, path, pod, pulse)
 
 
 def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Path,
-                 pod: PodIdentity) -> int:
+                 pod: PodIdentity, pulse: Pulse) -> int:
     reporter = for_partition_pod(pod, env)
     if reporter is not None:
         reporter.join_or_go_on()
@@ -269,6 +275,7 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
         returncode = NOT_STARTED_EXIT_CODE
         note = f"cannot start the prover {command[0]!r}: {brief(exc)}"
     else:
+        pulse.beating = functools.partial(_running, child.pid)
         assert child.stderr is not None
         last_words = LastWords(child.stderr)
         last_words.start()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from kuzk_prover.alive import FILE_NAME, PULSE_S, age, stopped
 from kuzk_prover.lane_agent import LaneAgent, LaneServer, settle
 from kuzk_prover.lane_protocol import SOCKET_ENV, address
 from testenv.waiting import wait_for
@@ -139,6 +140,43 @@ def test_sigterm_reaches_the_prover_and_writes_no_result(tmp_path: Path) -> None
         agent.kill()
         agent.wait()
     assert not message.exists() or message.read_text() == ""
+
+
+def test_a_stopped_prover_stops_the_agents_pulse(tmp_path: Path) -> None:
+    """The pod's probes read the agent's pulse: while the prover is stopped (SIGSTOP) it is not
+    touched, so a stopped prover's pod turns not ready and is killed as the built-in prover's
+    is; once the prover runs again the pulse goes on."""
+    message, pid_file = tmp_path / "termination-log", tmp_path / "pid"
+    pulse = tmp_path / FILE_NAME
+    agent = subprocess.Popen(
+        [*LANE, "run", "--calls", "--", "sh", "-c",
+         f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; kill -STOP $$; exit 3"],
+        env=_env(message, TMPDIR=str(tmp_path)), stderr=subprocess.DEVNULL)
+    try:
+        wait_for(pid_file.exists, 30, "the prover started")
+        prover = int(pid_file.read_text())
+        # Two periods of the pulse without a touch: it has stopped.
+        wait_for(lambda: (age(pulse) or 0) > 2 * PULSE_S + 0.5, 20, "the pulse growing old")
+        assert agent.poll() is None
+        os.kill(prover, signal.SIGCONT)
+        assert agent.wait(timeout=30) == 3
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_stopped_reads_the_process_state() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not stopped(child.pid)
+        child.send_signal(signal.SIGSTOP)
+        wait_for(lambda: stopped(child.pid), 10, "the child stopped")
+        child.send_signal(signal.SIGCONT)
+        wait_for(lambda: not stopped(child.pid), 10, "the child running again")
+    finally:
+        child.kill()
+        child.wait()
+    assert not stopped(child.pid)
 
 
 @pytest.fixture
