@@ -9,6 +9,7 @@ use filecoin_proofs::types::{PoRepConfig, PoStConfig, ProverId, SectorSize};
 use filecoin_proofs::PoStType;
 use storage_proofs_core::api_version::ApiVersion;
 
+use crate::args::Flags;
 use crate::fail::{bad_input, Failure, Outcome};
 
 /// The only sector size this binary proves.
@@ -80,6 +81,12 @@ impl ProofKind {
             self.name()
         ))
     }
+}
+
+/// Checks the `--sector-size` flag of `flags` (2KiB where it is absent).
+pub fn check_sector_size_flag(flags: &Flags) -> Outcome<()> {
+    let size = flags.optional("sector-size").unwrap_or(SECTOR_SIZE_NAME);
+    check_sector_size("--sector-size", size)
 }
 
 /// Checks a sector size given as `2KiB` or in bytes (`2048`).

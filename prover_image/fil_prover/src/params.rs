@@ -28,7 +28,7 @@ use storage_proofs_update::{
 };
 
 use crate::args::{env_required, Flags};
-use crate::config::{self, check_sector_size, ProofKind, Tree};
+use crate::config::{self, check_sector_size_flag, ProofKind, Tree};
 use crate::fail::{bad_input, failed, Outcome};
 use crate::progress;
 
@@ -39,12 +39,7 @@ pub const CACHE_ENV: &str = "FIL_PROOFS_PARAMETER_CACHE";
 pub fn command(args: &[String]) -> Outcome<()> {
     let flags = Flags::parse("params", args, &["kind", "sector-size"])?;
     let kind = ProofKind::parse("--kind", flags.required("kind")?)?;
-    check_sector_size(
-        "--sector-size",
-        flags
-            .optional("sector-size")
-            .unwrap_or(config::SECTOR_SIZE_NAME),
-    )?;
+    check_sector_size_flag(&flags)?;
     let target = PathBuf::from(env_required(CACHE_ENV)?);
     fs::create_dir_all(&target).map_err(|error| {
         bad_input(format!(
@@ -163,18 +158,12 @@ fn snap_public_params() -> storage_proofs_update::PublicParams {
 /// Makes `kind`'s parameter files in the directory `CACHE_ENV` names.
 fn generate(kind: ProofKind) -> anyhow::Result<()> {
     match kind {
-        ProofKind::WindowPost => {
-            let params = window_post_public_params::<Tree>(&config::window_post_config())?;
-            let blank = || {
-                <FallbackPoStCompound<Tree> as CompoundProof<
-                    FallbackPoSt<'_, Tree>,
-                    FallbackPoStCircuit<Tree>,
-                >>::blank_circuit(&params)
+        ProofKind::WindowPost | ProofKind::WinningPost => {
+            let params = if kind == ProofKind::WindowPost {
+                window_post_public_params::<Tree>(&config::window_post_config())?
+            } else {
+                winning_post_public_params::<Tree>(&config::winning_post_config())?
             };
-            write_set::<FallbackPoStCompound<Tree>, _, _>(blank, &params)
-        }
-        ProofKind::WinningPost => {
-            let params = winning_post_public_params::<Tree>(&config::winning_post_config())?;
             let blank = || {
                 <FallbackPoStCompound<Tree> as CompoundProof<
                     FallbackPoSt<'_, Tree>,

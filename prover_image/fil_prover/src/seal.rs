@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use storage_proofs_core::sector::SectorId;
 
 use crate::args::Flags;
-use crate::config::{self, check_sector_size, prover_id, Tree, SECTOR_SIZE};
+use crate::config::{self, check_sector_size_flag, prover_id, Tree, SECTOR_SIZE};
 use crate::fail::{bad_input, failed, Outcome};
 use crate::hexio::{parse_32, to_hex};
 use crate::progress;
@@ -65,12 +65,7 @@ pub fn command(args: &[String]) -> Outcome<()> {
     let miner: u64 = flags.number("miner")?;
     let first: u64 = flags.number("first")?;
     let count: u64 = flags.number("count")?;
-    check_sector_size(
-        "--sector-size",
-        flags
-            .optional("sector-size")
-            .unwrap_or(config::SECTOR_SIZE_NAME),
-    )?;
+    check_sector_size_flag(&flags)?;
     let end = first
         .checked_add(count)
         .ok_or_else(|| bad_input("--first + --count is past the largest sector number"))?;

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from kuzk.contract import api
 from kuzk.operator.pods import KERNEL_CACHE_DIR
@@ -31,7 +31,13 @@ from testenv.kubelet import ProcessKubelet
 from testenv.runtime import Images, build_images
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
-from tests.integration.operator.test_worker_truth import Sample, _lies, _sample, _workers
+from tests.integration.operator.test_worker_truth import (
+    Sample,
+    _lies,
+    _sample,
+    _watch_versions,
+    _workers,
+)
 from tests.integration.status.server import running
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,15 +74,14 @@ def _busy(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict
             if name == BUSY}
 
 
-def _watch_holders(cluster: Cluster, nodes: Collection[str], stop: threading.Event,
-                   versions: dict[str, list[tuple[str | None, float, float]]]) -> None:
-    """Every version of the holder of every GPU of ``nodes``, as written: (holder pod UID,
-    since, updatedAt)."""
-    custom = client.CustomObjectsApi(cluster.api)
-
-    def record(ws: dict[str, Any]) -> None:
+def _holders(written: list[dict[str, Any]], nodes: Collection[str]) -> dict[
+        str, list[tuple[str | None, float, float]]]:
+    """Every version of the holder of every GPU of ``nodes``, as written (``_watch_versions``),
+    by GPU UUID: (holder pod UID, since, updatedAt)."""
+    versions: dict[str, list[tuple[str | None, float, float]]] = {}
+    for ws in written:
         if (ws.get("spec") or {}).get("nodeName") not in nodes:
-            return
+            continue
         status = ws.get("status") or {}
         updated = api.parse_time(status["updatedAt"]).timestamp() if status else 0.0
         for w in status.get("workers") or []:
@@ -84,17 +89,7 @@ def _watch_holders(cluster: Cluster, nodes: Collection[str], stop: threading.Eve
             since = api.parse_time(holder["since"]).timestamp() if holder else updated
             versions.setdefault(w["gpu"]["uuid"], []).append(
                 (holder.get("pod", {}).get("uid"), since, updated))
-
-    listed = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
-    for ws in listed["items"]:
-        record(ws)
-    version = listed["metadata"]["resourceVersion"]
-    while not stop.is_set():
-        for event in watch.Watch().stream(
-                custom.list_cluster_custom_object, api.GROUP, api.VERSION,
-                api.WORKERSTATUS_PLURAL, resource_version=version, timeout_seconds=1):
-            version = event["object"]["metadata"]["resourceVersion"]
-            record(event["object"])
+    return versions
 
 
 def _held(versions: list[tuple[str | None, float, float]]) -> float:
@@ -116,14 +111,13 @@ def _run_job_and_check(cluster: Cluster, namespace: str, kubelet: ProcessKubelet
                        tmp_path: Path) -> None:
     """Run ``name`` while sampling the WorkerStatuses and the status server; check the truth."""
     samples: list[Sample] = []
-    versions: dict[str, list[tuple[str | None, float, float]]] = {}
+    written: list[dict[str, Any]] = []
     stop = threading.Event()
     with running(cluster, tmp_path / "status-server.log") as server:
         busy_before = _busy(server.metrics())
         threads = [threading.Thread(target=_sample,
                                     args=(cluster, kubelet, namespace, stop, samples)),
-                   threading.Thread(target=_watch_holders,
-                                    args=(cluster, set(kubelet.nodes), stop, versions))]
+                   threading.Thread(target=_watch_versions, args=(cluster, stop, written))]
         for thread in threads:
             thread.start()
         try:
@@ -155,6 +149,7 @@ def _run_job_and_check(cluster: Cluster, namespace: str, kubelet: ProcessKubelet
     # Busy as the status server shows it, within 5 points (of the job's wall time) of the
     # time each GPU's phase was held as the WorkerStatus writes say.
     window = samples[-1].t - samples[0].t
+    versions = _holders(written, set(kubelet.nodes))
     assert set(versions) == {w["gpu"]["uuid"] for w in workers}
     for uuid, history in versions.items():
         held = _held(history)
