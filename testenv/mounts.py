@@ -23,21 +23,18 @@ root: run as another user, such a container fails to start and says so."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-import secrets
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import urllib3
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from testenv.env import expand
 from testenv.kubeapi import now
 from testenv.podparts import PodParts
-from testenv.volumes import PodVolumes
+from testenv.volumes import host_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,10 +54,6 @@ _MOUNT_AND_EXEC = (
     f'cd "$workdir" || exit {MOUNT_FAILED_EXIT_CODE}; '
     'exec "$@"'
 )
-
-# ``volumes.py``'s hostPath rule, which reads nothing of a pod.
-_HOST_PATHS = PodVolumes()
-
 
 class HostVolume(NamedTuple):
     """A volume resolved to a directory of the host; ``read_only`` when its source says so
@@ -112,14 +105,13 @@ class ProcessMounts(PodParts):
 
     def _host_volume(self, volume: dict[str, Any]) -> HostVolume:
         """The host path of a hostPath or claim volume; ValueError saying why not."""
-        name = volume["name"]
         if "hostPath" in volume:
-            return HostVolume(_host_path(name, volume["hostPath"]), False)
+            return HostVolume(host_path(volume["hostPath"]), False)
         source = volume["persistentVolumeClaim"]
-        return HostVolume(self._claim_path(name, source["claimName"]),
+        return HostVolume(self._claim_path(source["claimName"]),
                           bool(source.get("readOnly")))
 
-    def _claim_path(self, volume: str, claim_name: str) -> Path:
+    def _claim_path(self, claim_name: str) -> Path:
         """The host path of the volume bound to claim ``claim_name``, checked as a kubelet
         checks it; ValueError saying why not."""
         core = self.kubelet.core
@@ -137,10 +129,9 @@ class ProcessMounts(PodParts):
             msg = f"{pv_what} is not bound to {what}"
             raise ValueError(msg)
         if pv.spec.host_path is not None:
-            return _host_path(volume, {"path": pv.spec.host_path.path,
-                                       "type": pv.spec.host_path.type})
+            return host_path({"path": pv.spec.host_path.path, "type": pv.spec.host_path.type})
         if pv.spec.local is not None:
-            return _host_path(volume, {"path": pv.spec.local.path})
+            return host_path({"path": pv.spec.local.path})
         msg = f"{pv_what} has no hostPath or local path, the only ones the process kubelet mounts"
         raise ValueError(msg)
 
@@ -160,29 +151,17 @@ class ProcessMounts(PodParts):
         and one already in ``posted`` (same reason and message) counted again on its Event
         instead of posted anew."""
         key = f"{reason}: {message}"
-        core = self.kubelet.core
-        try:
-            if key in posted:
-                name, count = posted[key]
-                core.patch_namespaced_event(name, self.namespace,
-                                            {"count": count + 1, "lastTimestamp": now()})
+        if key in posted:
+            name, count = posted[key]
+            try:
+                self.kubelet.core.patch_namespaced_event(
+                    name, self.namespace, {"count": count + 1, "lastTimestamp": now()})
                 posted[key] = (name, count + 1)
                 return
-            name = f"{self.name}.{secrets.token_hex(8)}"
-            t = dt.datetime.now(dt.UTC)
-            core.create_namespaced_event(self.namespace, client.CoreV1Event(
-                metadata=client.V1ObjectMeta(name=name, namespace=self.namespace),
-                involved_object=client.V1ObjectReference(
-                    api_version="v1", kind="Pod", name=self.name, namespace=self.namespace,
-                    uid=self.uid),
-                type="Warning", reason=reason, message=message,
-                source=client.V1EventSource(component="kubelet", host=self.node),
-                reporting_component="kubelet", reporting_instance=self.node,
-                first_timestamp=t, last_timestamp=t, count=1,
-            ))
-            posted[key] = (name, 1)
-        except (ApiException, urllib3.exceptions.HTTPError, OSError):
-            posted.pop(key, None)  # lost, or its Event is gone: the next one is posted anew
+            except (ApiException, urllib3.exceptions.HTTPError, OSError):
+                del posted[key]  # its Event is gone or unreachable: this one is posted anew
+        if (event := self._post_event("Warning", reason, message)) is not None:
+            posted[key] = (event, 1)
 
     # --- mounting ----------------------------------------------------------------------
     def _binds(self, c: ContainerState, env: dict[str, str]) -> list[tuple[Path, Path, bool]]:
@@ -229,12 +208,3 @@ class ProcessMounts(PodParts):
                    "/bin/sh", "-c", _MOUNT_AND_EXEC, "kuzk-mount", cwd, *args, "--", *argv]
         return wrapped, str(self.dir)
 
-
-def _host_path(volume: str, source: dict[str, Any]) -> Path:
-    """``volumes.py``'s hostPath check, its reason without the volume's name (the message
-    that carries it names the volume)."""
-    try:
-        return _HOST_PATHS._host_path(volume, source)
-    except ValueError as e:
-        msg = str(e).removeprefix(f"volume {volume}: ")
-        raise ValueError(msg) from None

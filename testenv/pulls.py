@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from testenv.kubeapi import now
 from testenv.podparts import PodParts
 from testenv.runtime import podman
 
@@ -134,19 +132,5 @@ class ImagePulls(PodParts):
         self.push()
 
     def _event(self, c: ContainerState, kind: str, reason: str, message: str) -> None:
-        """Post a core/v1 Event about container ``c`` of this pod, as the kubelet's recorder
-        does: best effort, a failure to post loses the event and nothing else."""
-        t = now()
-        event = {
-            "metadata": {"name": f"{self.name}.{secrets.token_hex(8)}",
-                         "namespace": self.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": self.name,
-                               "namespace": self.namespace, "uid": self.uid,
-                               "fieldPath": f"spec.containers{{{c.name}}}"},
-            "type": kind, "reason": reason, "message": message,
-            "source": {"component": "kubelet", "host": self.node},
-            "reportingComponent": "kubelet", "reportingInstance": self.node,
-            "firstTimestamp": t, "lastTimestamp": t, "count": 1,
-        }
-        with contextlib.suppress(ApiException, urllib3.exceptions.HTTPError, OSError):
-            self.kubelet.core.create_namespaced_event(self.namespace, event)
+        """Post a core/v1 Event about container ``c`` of this pod (``_post_event``)."""
+        self._post_event(kind, reason, message, f"spec.containers{{{c.name}}}")

@@ -33,7 +33,11 @@ class PodVolumes(PodParts):
             target.chmod(0o777)  # as a kubelet makes it: writable by any user of the pod
             return target
         if "hostPath" in volume:
-            return self._host_path(name, volume["hostPath"])
+            try:
+                return host_path(volume["hostPath"])
+            except ValueError as e:
+                msg = f"volume {name}: {e}"
+                raise ValueError(msg) from None
         files: dict[str, tuple[bytes, int]] = {}
         if "projected" in volume:
             mode = volume["projected"].get("defaultMode", 0o644)
@@ -54,25 +58,6 @@ class PodVolumes(PodParts):
             path.write_bytes(data)
             path.chmod(mode)
         return target
-
-    def _host_path(self, name: str, source: dict[str, Any]) -> Path:
-        path = Path(source["path"])
-        kind = source.get("type") or ""
-        if kind == "DirectoryOrCreate":
-            path.mkdir(parents=True, exist_ok=True)
-        elif kind == "FileOrCreate" and not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-        elif kind == "Directory" and not path.is_dir():
-            msg = f"volume {name}: hostPath {path} is not a directory"
-            raise ValueError(msg)
-        elif kind == "File" and not path.is_file():
-            msg = f"volume {name}: hostPath {path} is not a file"
-            raise ValueError(msg)
-        elif not path.exists():
-            msg = f"volume {name}: hostPath {path} does not exist"
-            raise ValueError(msg)
-        return path
 
     def _source_files(self, source: dict[str, Any], mode: int) -> dict[str, tuple[bytes, int]]:
         """The files one volume source projects, by relative path."""
@@ -136,3 +121,26 @@ class PodVolumes(PodParts):
             lambda: self.kubelet.core.create_namespaced_service_account_token(
                 sa, self.namespace, req),
         ).status.token)
+
+
+def host_path(source: dict[str, Any]) -> Path:
+    """The host path of a ``hostPath`` volume source, checked (or made) by its ``type`` as a
+    kubelet does; ValueError saying what is wrong with it. Pods run as containers and as
+    processes (``mounts.py``) share this rule."""
+    path = Path(source["path"])
+    kind = source.get("type") or ""
+    if kind == "DirectoryOrCreate":
+        path.mkdir(parents=True, exist_ok=True)
+    elif kind == "FileOrCreate" and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    elif kind == "Directory" and not path.is_dir():
+        msg = f"hostPath {path} is not a directory"
+        raise ValueError(msg)
+    elif kind == "File" and not path.is_file():
+        msg = f"hostPath {path} is not a file"
+        raise ValueError(msg)
+    elif not path.exists():
+        msg = f"hostPath {path} does not exist"
+        raise ValueError(msg)
+    return path
