@@ -213,10 +213,6 @@ class LaneServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         super().__init__(address(name), _Handler)
 
 
-def _running(pid: int) -> bool:
-    return not stopped(pid)
-
-
 def _write(path: Path, text: str) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
@@ -275,7 +271,7 @@ def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Pat
         returncode = NOT_STARTED_EXIT_CODE
         note = f"cannot start the prover {command[0]!r}: {brief(exc)}"
     else:
-        pulse.beating = functools.partial(_running, child.pid)
+        pulse.beating = lambda: not stopped(child.pid)
         assert child.stderr is not None
         last_words = LastWords(child.stderr)
         last_words.start()

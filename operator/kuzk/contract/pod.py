@@ -68,8 +68,9 @@ MESSAGE_LIMIT = 512
 _HEX = re.compile("(?:[0-9a-fA-F]{2})+")
 
 
-def parse_result(message: str | None) -> tuple[str, int | None, int | None]:
-    """Read a prover's success JSON: (commitment, synth_ms, gpu_ms)."""
+def parse_result(message: str | None) -> tuple[str, int | None, int | None, str | None]:
+    """Read a prover's success JSON: (commitment, synth_ms, gpu_ms, proof); proof is a real
+    partition's proof bytes (``0x`` and lower-case hex), None where it carries none."""
     try:
         result = json.loads(message or "")
     except json.JSONDecodeError as error:
@@ -82,20 +83,13 @@ def parse_result(message: str | None) -> tuple[str, int | None, int | None]:
     if not isinstance(commitment, str) or not _HEX.fullmatch(commitment.removeprefix("0x")):
         msg = f"termination message has no hex commitment: {clip(message or '')!r}"
         raise ValueError(msg)
-    return commitment, _millis(result.get("synth_ms")), _millis(result.get("gpu_ms"))
-
-
-def result_proof(message: str | None) -> str | None:
-    """A real partition's proof bytes in its success JSON (``0x`` and hex), None where it
-    carries none; ValueError where ``proof`` is there but not hex."""
-    result = json.loads(message or "{}")
-    proof = result.get("proof") if isinstance(result, dict) else None
-    if proof is None:
-        return None
-    if not isinstance(proof, str) or not _HEX.fullmatch(proof.removeprefix("0x")):
-        msg = f"termination message's proof is not hex: {clip(str(proof))!r}"
-        raise ValueError(msg)
-    return "0x" + proof.removeprefix("0x").lower()
+    proof = result.get("proof")
+    if proof is not None:
+        if not isinstance(proof, str) or not _HEX.fullmatch(proof.removeprefix("0x")):
+            msg = f"termination message's proof is not hex: {clip(str(proof))!r}"
+            raise ValueError(msg)
+        proof = "0x" + proof.removeprefix("0x").lower()
+    return commitment, _millis(result.get("synth_ms")), _millis(result.get("gpu_ms")), proof
 
 
 def clip(text: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from kuzk.contract import api
 from kuzk.contract.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
 from kuzk.contract.lanes import lane_views
-from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result, result_proof
+from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result
 from kuzk.operator.actions import ReleaseWorker
 
 # Pod-level reasons the kubelet and controllers give for killing a pod that did nothing wrong.
@@ -104,9 +104,7 @@ def observe(pod: Mapping[str, Any], claims: Mapping[str, Claim]) -> Outcome:
     }
     if phase == "Succeeded":
         try:
-            message = (terminated or {}).get("message")
-            commitment, synth_ms, gpu_ms = parse_result(message)
-            proof = result_proof(message)
+            commitment, synth_ms, gpu_ms, proof = parse_result((terminated or {}).get("message"))
         except ValueError as error:
             return Outcome("failed", message=f"no usable result: {error}", **common)
         return Outcome("done", DONE, commitment=commitment, proof=proof, synth_ms=synth_ms,
