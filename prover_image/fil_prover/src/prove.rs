@@ -166,23 +166,22 @@ fn check_post(
     let randomness = field_randomness(parse_32("randomness", randomness)?);
     check_sector_count(kind, input.sectors.len())?;
     sector::check_order("sectors", input.sectors.iter().map(|s| s.number))?;
-    let mut sectors = input
-        .sectors
-        .iter()
-        .enumerate()
-        .map(|(index, sector)| sector::check(index, sector))
-        .collect::<Outcome<Vec<_>>>()?;
-    if kind == ProofKind::WinningPost {
-        let challenged = winning_challenged(&config, &randomness, sectors.len(), prover)?;
+    // A WinningPoSt reads only its challenged sectors: the rest of the set is checked by
+    // nothing but its order, so a large set costs no file access.
+    let proven: Vec<usize> = if kind == ProofKind::WinningPost {
+        let challenged = winning_challenged(&config, &randomness, input.sectors.len(), prover)?;
         progress!(
             "winning-post: challenged sector index {challenged:?} of {}",
-            sectors.len()
+            input.sectors.len()
         );
-        sectors = challenged
-            .iter()
-            .map(|&index| sectors[index].clone())
-            .collect();
-    }
+        challenged
+    } else {
+        (0..input.sectors.len()).collect()
+    };
+    let sectors = proven
+        .into_iter()
+        .map(|index| sector::check(index, &input.sectors[index]))
+        .collect::<Outcome<Vec<_>>>()?;
     Ok(Work::Post {
         config,
         randomness,
