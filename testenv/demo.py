@@ -198,7 +198,7 @@ def install(cluster: Cluster, tools: filecoin.Tools | None) -> str:
     return the dashboard URL."""
     real: list[str] = []
     if tools is not None:
-        command = [str(BIN / "kuzk-lane"), "run", "--calls", "--", str(tools.prover), "prove"]
+        command = tools.command(str(BIN / "kuzk-lane"))
         real = ["--set-json", f"prover.filecoin.command={json.dumps(command)}",
                 "--set", f"prover.filecoin.parametersHostPath={tools.params}"]
     cluster.helm(

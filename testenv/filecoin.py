@@ -13,8 +13,9 @@ from typing import Any
 
 from kubernetes import client
 
+from kuzk.contract.filecoin import PROVER, PROVER_COMMAND
+
 BUILD = Path(__file__).resolve().parent / "build_filecoin"
-PROVER = "kuzk-fil-prover"
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,11 @@ class Tools:
     @property
     def prover(self) -> Path:
         return self.bin / PROVER
+
+    def command(self, lane: str = "kuzk-lane") -> list[str]:
+        """A real proof's pod command (the operator's default) with this build's binary, under
+        the lane agent ``lane``."""
+        return [lane, *(str(self.prover) if a == PROVER else a for a in PROVER_COMMAND[1:])]
 
     def env(self) -> dict[str, str]:
         """What the prover's commands need besides the caller's env."""

@@ -21,12 +21,12 @@ from typing import Any, NoReturn, cast
 
 from kubernetes import client, config
 
-from kuzk.contract import api, crds, logs
+from kuzk.contract import api, crds, filecoin, logs
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.kubeconfig import load_config
 from kuzk.operator import uninstall
 from kuzk.operator.peering import Peering, PeeringError, ensure_peering
-from kuzk.operator.pods import DEFAULT_PARAMETERS_HOST_PATH, FILECOIN_COMMAND, PodSettings
+from kuzk.operator.pods import PodSettings
 
 
 def _command(text: str) -> list[str]:
@@ -102,16 +102,16 @@ def _parser() -> argparse.ArgumentParser:
     op.add_argument(
         "--filecoin-prover-command",
         type=_command,
-        default=list(FILECOIN_COMMAND),
+        default=list(filecoin.PROVER_COMMAND),
         help="command of a real proof's partition pods (a ProofJob with spec.filecoin), as a"
-        f" JSON list or a command line (default: {' '.join(FILECOIN_COMMAND)})",
+        f" JSON list or a command line (default: {' '.join(filecoin.PROVER_COMMAND)})",
     )
     op.add_argument(
         "--filecoin-parameters-host-path",
         type=_absolute_path,
-        default=DEFAULT_PARAMETERS_HOST_PATH,
+        default=filecoin.PARAMETERS_HOST_PATH,
         help="node directory with filecoin-proofs' Groth16 parameters, mounted read-only into"
-        f" real proofs' pods (default {DEFAULT_PARAMETERS_HOST_PATH}); a ProofJob cannot"
+        f" real proofs' pods (default {filecoin.PARAMETERS_HOST_PATH}); a ProofJob cannot"
         " choose one",
     )
     op.add_argument(

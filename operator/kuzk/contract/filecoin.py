@@ -51,6 +51,12 @@ _SEGMENT = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"
 RELATIVE_PATH_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
 PATH_MAX = 1024
 
+# The real prover, and the command a real proof's partition pods run by default: the prover
+# under the lane agent, which holds its lane and writes its result.
+PROVER = "kuzk-fil-prover"
+PROVER_COMMAND = ("kuzk-lane", "run", "--calls", "--", PROVER, "prove")
+# Where paramfetch puts filecoin-proofs' parameters on a node, by default.
+PARAMETERS_HOST_PATH = "/var/tmp/filecoin-proof-parameters"
 # Where a partition pod sees the job's volume and the proof parameters (read-only both).
 SECTORS_VOLUME, SECTORS_MOUNT = "sectors", "/var/lib/kuzk/sectors"
 PARAMETERS_VOLUME, PARAMETERS_MOUNT = "filecoin-parameters", "/var/tmp/filecoin-proof-parameters"

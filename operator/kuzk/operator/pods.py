@@ -55,10 +55,6 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
-FILECOIN_COMMAND = ("kuzk-lane", "run", "--calls", "--", "kuzk-fil-prover", "prove")
-DEFAULT_PARAMETERS_HOST_PATH = "/var/tmp/filecoin-proof-parameters"
-
-
 @dataclass(frozen=True)
 class PodSettings:
     """Operator-wide settings for partition pods (flags of ``kuzk operator``)."""
@@ -81,11 +77,11 @@ class PodSettings:
     image_pull_secrets: tuple[str, ...] = ()
     # The command of a real proof's partition pods (``spec.filecoin``): the real prover under
     # the lane agent, which reports its stages. A ProofJob cannot choose it.
-    filecoin_command: Sequence[str] = FILECOIN_COMMAND
+    filecoin_command: Sequence[str] = filecoin.PROVER_COMMAND
     # The node directory holding filecoin-proofs' Groth16 parameters (paramfetch's layout),
     # mounted read-only into real proofs' pods; it must exist on the node (the pod waits with
     # a FailedMount Event until it does). Set by the administrator only.
-    filecoin_parameters_host_path: str = DEFAULT_PARAMETERS_HOST_PATH
+    filecoin_parameters_host_path: str = filecoin.PARAMETERS_HOST_PATH
 
     def rejections(self, job: Mapping[str, Any]) -> list[str]:
         """Why the ProofJob's own choices are not allowed (the same messages as the chart's

@@ -63,8 +63,7 @@ def claim(cluster: Cluster, namespace: str,
 
 @pytest.fixture
 def real_operator(run_operator: Callable[..., Any], tools: filecoin.Tools) -> None:
-    command = ["kuzk-lane", "run", "--calls", "--", str(tools.prover), "prove"]
-    run_operator("--filecoin-prover-command", json.dumps(command),
+    run_operator("--filecoin-prover-command", json.dumps(tools.command()),
                  "--filecoin-parameters-host-path", str(tools.params))
 
 
