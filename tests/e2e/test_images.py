@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from kuzk.contract import api
+from kuzk.contract.filecoin import PROVER
 from testenv import filecoin
 from testenv.cluster import Cluster
 from testenv.runtime import IMAGES_SCRIPT, Images, build_images, podman
@@ -78,7 +79,7 @@ def test_the_prover_image_carries_the_real_prover(images: Images, tmp_path: Path
     proc = podman("run", "--rm", "--pull=never", "--read-only", "--cap-drop=ALL",
                   "--security-opt=no-new-privileges", "--network=none",
                   "--tmpfs", "/work:rw,mode=1777", "--env", "FIL_PROOFS_PARENT_CACHE=/work/parents",
-                  "--entrypoint", json.dumps(["kuzk-fil-prover", "seal", "--dir", "/work/s",
+                  "--entrypoint", json.dumps([PROVER, "seal", "--dir", "/work/s",
                                               "--miner", "1000", "--first", "7", "--count", "1"]),
                   images.prover)
     assert proc.returncode == 0, proc.stderr
