@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,24 +40,40 @@ class Tools:
         return {"FIL_PROOFS_PARAMETER_CACHE": str(self.params)}
 
 
-def build(*, only_print: bool = False) -> Tools:
+def build(*, only_print: bool = False, kinds: Sequence[str] = ()) -> Tools:
     """Build what is missing (``testenv/build_filecoin``, minutes on first use) and say where it
-    is; with ``only_print``, where it would be."""
-    done = subprocess.run([str(BUILD), *(["--print"] if only_print else [])], check=True,
+    is; with ``only_print``, where it would be. The parameters of window-post and winning-post
+    are always made; ``kinds`` asks for others' too (porep-c2, snap-update: 10 to 20 minutes
+    each on first use)."""
+    params = ["--params", *kinds] if kinds else []
+    done = subprocess.run([str(BUILD), *(["--print"] if only_print else params)], check=True,
                           stdout=subprocess.PIPE, text=True, timeout=3600)
     bin_dir, params = done.stdout.strip().splitlines()[-2:]
     return Tools(Path(bin_dir), Path(params))
 
 
-def seal(tools: Tools, directory: Path, *, miner: int, first: int,
-         count: int) -> list[dict[str, Any]]:
+def seal(tools: Tools, directory: Path, *, miner: int, first: int, count: int,
+         kind: str = "window-post") -> list[dict[str, Any]]:
     """Seal ``count`` 2 KiB sectors of ``miner`` numbered from ``first`` into ``directory``
-    (those already there are reused): their entries for a ProofJob's ``spec.filecoin.sectors``,
-    paths relative to ``directory``."""
+    (those already there are reused): their entries for the ``spec.filecoin.sectors`` of a
+    ProofJob of ``kind`` (window-post, winning-post or porep-c2), paths relative to
+    ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
+    return _listing(tools, "seal", directory, miner, first, count, "--kind", kind)
+
+
+def update(tools: Tools, directory: Path, *, miner: int, first: int,
+           count: int) -> list[dict[str, Any]]:
+    """Encode new data into ``count`` sectors ``seal`` made (SnapDeals; those updated already
+    are reused): their entries for a snap-update ProofJob's ``spec.filecoin.sectors``."""
+    return _listing(tools, "update", directory, miner, first, count)
+
+
+def _listing(tools: Tools, command: str, directory: Path, miner: int, first: int, count: int,
+             *extra: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        [str(tools.prover), "seal", "--dir", str(directory), "--miner", str(miner),
-         "--first", str(first), "--count", str(count)],
+        [str(tools.prover), command, "--dir", str(directory), "--miner", str(miner),
+         "--first", str(first), "--count", str(count), *extra],
         check=True, stdout=subprocess.PIPE, text=True, timeout=600)
     sectors: list[dict[str, Any]] = json.loads(done.stdout)
     return sectors

@@ -1,9 +1,11 @@
 //! kuzk-fil-prover: real Filecoin proofs at 2 KiB with filecoin-proofs (CPU).
 //!
 //!   kuzk-fil-prover params --kind KIND [--sector-size 2KiB]
-//!   kuzk-fil-prover seal --dir DIR --miner ID --first N --count K [--sector-size 2KiB]
+//!   kuzk-fil-prover seal --dir DIR --miner ID --first N --count K [--kind KIND]
+//!                        [--sector-size 2KiB]
+//!   kuzk-fil-prover update --dir DIR --miner ID --first N --count K [--sector-size 2KiB]
 //!   kuzk-fil-prover prove            (configured by KUZK_* and FIL_PROOFS_PARAMETER_CACHE;
-//!                                     window-post, winning-post and porep-c2)
+//!                                     every kind)
 //!   kuzk-fil-prover verify --job JOB.json [--proof FILE]
 //!
 //! Exit status: 0 done; 2 bad input (a missing file, malformed hex, a wrong sector size, a
@@ -17,15 +19,17 @@ mod hexio;
 mod lane;
 mod params;
 mod porep;
+mod post;
 mod progress;
 mod prove;
 mod seal;
 mod sector;
+mod update;
 mod verify;
 
 use fail::{bad_input, exit_with, Outcome};
 
-const USAGE: &str = "usage: kuzk-fil-prover params|seal|prove|verify [--flag value ...]";
+const USAGE: &str = "usage: kuzk-fil-prover params|seal|update|prove|verify [--flag value ...]";
 
 fn main() {
     progress::start_clock();
@@ -41,6 +45,7 @@ fn dispatch(args: &[String]) -> Outcome<()> {
     match command.as_str() {
         "params" => params::command(rest),
         "seal" => seal::command(rest),
+        "update" => update::command(rest),
         "prove" => prove::command(rest),
         "verify" => verify::command(rest),
         other => Err(bad_input(format!("unknown command {other:?}; {USAGE}"))),

@@ -2,32 +2,24 @@
 //! input, makes the vanilla proofs (CPU), then makes the SNARK while holding the lane's GPU
 //! phase, and hands the result to the lane agent (or prints it).
 
-use std::path::PathBuf;
 use std::time::Instant;
 
-use filecoin_proofs::types::{
-    FallbackPoStSectorProof, PoStConfig, ProverId, SealCommitPhase1Output,
-};
-use filecoin_proofs::{
-    generate_fallback_sector_challenges, generate_single_vanilla_proof,
-    generate_single_window_post_with_vanilla, generate_winning_post_sector_challenge,
-    generate_winning_post_with_vanilla,
-};
+use filecoin_proofs::types::ProverId;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
-use storage_proofs_core::sector::SectorId;
 
 use crate::args::{env_optional, env_required, Flags};
-use crate::config::{
-    self, check_sector_bytes, field_randomness, prover_id, ProofKind, Tree, BACKEND,
-};
+use crate::config::{self, check_sector_bytes, prover_id, ProofKind, BACKEND};
 use crate::fail::{bad_input, Outcome};
-use crate::hexio::{parse_32, to_hex};
+use crate::hexio::to_hex;
 use crate::lane::{Lane, SOCKET_ENV};
 use crate::params;
-use crate::porep;
+use crate::porep::{self, Porep, PorepInput};
+use crate::post::{self, Post};
 use crate::progress;
-use crate::sector::{self, Sector, SectorInput};
+use crate::sector;
+use crate::update::{self, Update, UpdateInput};
 
 /// `KUZK_INPUT`: a JSON object whose `filecoin` key is read (other keys are the operator's).
 #[derive(Deserialize)]
@@ -42,14 +34,11 @@ struct FilecoinInput {
     prover_id: u64,
     partition: usize,
     partitions: usize,
-    /// PoSt: the challenge randomness.
+    /// PoSt: the challenge randomness (a PoRep's and an update's are their sector's own).
     randomness: Option<String>,
-    /// PoSt: a WindowPoSt partition's sectors, or WinningPoSt's whole sector set.
-    #[serde(default)]
-    sectors: Vec<SectorInput>,
-    /// porep-c2: the sector's C1 output (a JSON file), and its number.
-    c1_output: Option<PathBuf>,
-    sector_number: Option<u64>,
+    /// The sectors, each as its kind lists it: a WindowPoSt partition's, WinningPoSt's whole
+    /// set, or a porep-c2's or snap-update's one sector.
+    sectors: Vec<Value>,
 }
 
 /// A checked job.
@@ -62,30 +51,17 @@ struct Job {
 
 /// What the proof is made from.
 enum Work {
-    /// A PoSt: the sectors proven (a WindowPoSt partition's, or WinningPoSt's challenged one).
-    Post {
-        config: PoStConfig,
-        randomness: [u8; 32],
-        sectors: Vec<Sector>,
-    },
+    Post(Post),
     /// A PoRep C2: one sector's C1 output, whose vanilla proofs were made when it was sealed.
-    Porep {
-        sector: SectorId,
-        c1: Box<SealCommitPhase1Output<Tree>>,
-    },
+    Porep(Porep),
+    Update(Update),
 }
 
-/// The vanilla proofs the SNARK is made from, with what else it needs.
+/// The vanilla proofs the SNARK is made from.
 enum Vanilla {
-    Post {
-        config: PoStConfig,
-        randomness: [u8; 32],
-        proofs: Vec<FallbackPoStSectorProof<Tree>>,
-    },
-    Porep {
-        sector: SectorId,
-        c1: Box<SealCommitPhase1Output<Tree>>,
-    },
+    Post(post::Vanilla),
+    Porep,
+    Update(update::Vanilla),
 }
 
 /// The result the operator reads (kuzk.contract.pod.parse_result).
@@ -105,13 +81,6 @@ struct ProofResult {
 pub fn command(args: &[String]) -> Outcome<()> {
     Flags::parse("prove", args, &[])?;
     let kind = ProofKind::parse("KUZK_PROOF_KIND", &env_required("KUZK_PROOF_KIND")?)?;
-    if kind == ProofKind::SnapUpdate {
-        return Err(kind.unsupported(
-            "KUZK_PROOF_KIND",
-            "prove",
-            "window-post, winning-post and porep-c2",
-        ));
-    }
     let partition = env_required("KUZK_PARTITION")?;
     let partition: usize = partition.parse().map_err(|_| {
         bad_input(format!(
@@ -140,106 +109,60 @@ fn check_job(kind: ProofKind, partition: usize, input: FilecoinInput) -> Outcome
             input.partitions
         )));
     }
-    let prover_id = prover_id(input.prover_id);
+    let prover = prover_id(input.prover_id);
     let work = match kind.post_config() {
-        Some(config) => check_post(kind, config, prover_id, &input)?,
-        None => check_porep(&input)?,
+        Some(config) => Work::Post(post::check(
+            kind,
+            config,
+            prover,
+            input.randomness.as_deref(),
+            &input.sectors,
+        )?),
+        None => {
+            check_one_sector_proof(kind, &input)?;
+            let entry = &input.sectors[0];
+            match kind {
+                ProofKind::PorepC2 => Work::Porep(porep::check(
+                    &sector::entry::<PorepInput>(0, entry)?,
+                    input.prover_id,
+                )?),
+                _ => Work::Update(update::check(&sector::entry::<UpdateInput>(0, entry)?)?),
+            }
+        }
     };
     Ok(Job {
         kind,
-        prover_id,
+        prover_id: prover,
         partition,
         work,
     })
 }
 
-fn check_post(
-    kind: ProofKind,
-    config: PoStConfig,
-    prover: ProverId,
-    input: &FilecoinInput,
-) -> Outcome<Work> {
-    let randomness = input
-        .randomness
-        .as_deref()
-        .ok_or_else(|| bad_input("randomness: missing"))?;
-    let randomness = field_randomness(parse_32("randomness", randomness)?);
-    check_sector_count(kind, input.sectors.len())?;
-    sector::check_order("sectors", input.sectors.iter().map(|s| s.number))?;
-    // A WinningPoSt reads only its challenged sectors: the rest of the set is checked by
-    // nothing but its order, so a large set costs no file access.
-    let proven: Vec<usize> = if kind == ProofKind::WinningPost {
-        let challenged = winning_challenged(&config, &randomness, input.sectors.len(), prover)?;
-        progress!(
-            "winning-post: challenged sector index {challenged:?} of {}",
-            input.sectors.len()
-        );
-        challenged
-    } else {
-        (0..input.sectors.len()).collect()
-    };
-    let sectors = proven
-        .into_iter()
-        .map(|index| sector::check(index, &input.sectors[index]))
-        .collect::<Outcome<Vec<_>>>()?;
-    Ok(Work::Post {
-        config,
-        randomness,
-        sectors,
-    })
-}
-
-/// A WindowPoSt partition holds one to sectors-per-partition sectors; WinningPoSt needs a
-/// non-empty sector set.
-fn check_sector_count(kind: ProofKind, count: usize) -> Outcome<()> {
-    let most = config::window_post_sectors_per_partition();
-    if count == 0 {
-        Err(bad_input("sectors: empty"))
-    } else if kind == ProofKind::WindowPost && count > most {
-        Err(bad_input(format!(
-            "sectors: {count} sectors; a window-post partition at {} holds at most {most}",
-            config::SECTOR_SIZE_NAME
-        )))
-    } else {
-        Ok(())
-    }
-}
-
-/// A porep-c2 job is all of the sector's partitions in one SNARK call (one at 2 KiB).
-fn check_porep(input: &FilecoinInput) -> Outcome<Work> {
-    let partitions = usize::from(config::porep_config().partitions);
-    if input.partitions != partitions {
+/// A porep-c2 or snap-update job proves one sector, all of its circuit partitions in one
+/// SNARK call (one at 2 KiB), with the sector's own randomness.
+fn check_one_sector_proof(kind: ProofKind, input: &FilecoinInput) -> Outcome<()> {
+    if input.partitions != 1 {
         return Err(bad_input(format!(
-            "partitions: {}; a porep-c2 proof at {} has {partitions}",
+            "partitions: {}; a {} job at {} is one partition",
             input.partitions,
+            kind.name(),
             config::SECTOR_SIZE_NAME
         )));
     }
-    let number = input
-        .sector_number
-        .ok_or_else(|| bad_input("sectorNumber: missing"))?;
-    let path = input
-        .c1_output
-        .as_deref()
-        .ok_or_else(|| bad_input("c1Output: missing"))?;
-    let c1 = porep::read_c1(path, input.prover_id, number)?;
-    Ok(Work::Porep {
-        sector: SectorId::from(number),
-        c1: Box::new(c1),
-    })
-}
-
-/// The indices, in the sorted sector set of `count` sectors, of WinningPoSt's challenged
-/// sectors; prover and verifier both derive them from the randomness and the prover id.
-pub fn winning_challenged(
-    config: &PoStConfig,
-    randomness: &[u8; 32],
-    count: usize,
-    prover: ProverId,
-) -> Outcome<Vec<usize>> {
-    let indices =
-        generate_winning_post_sector_challenge::<Tree>(config, randomness, count as u64, prover)?;
-    Ok(indices.into_iter().map(|index| index as usize).collect())
+    if input.sectors.len() != 1 {
+        return Err(bad_input(format!(
+            "sectors: {} sectors; a {} job proves one",
+            input.sectors.len(),
+            kind.name()
+        )));
+    }
+    if input.randomness.is_some() {
+        return Err(bad_input(format!(
+            "randomness: a {} job uses its sector's own randomness, not the job's",
+            kind.name()
+        )));
+    }
+    Ok(())
 }
 
 fn run(job: Job, lane: Option<&Lane>) -> Outcome<()> {
@@ -251,14 +174,14 @@ fn run(job: Job, lane: Option<&Lane>) -> Outcome<()> {
     } = job;
     call(lane, "stage synthesizing")?;
     let started = Instant::now();
-    let vanilla = vanilla(work, prover_id)?;
+    let vanilla = vanilla(&work, prover_id)?;
     let synth_ms = millis(started);
 
     call(lane, "acquire")?;
     // bellperson synthesizes the circuit inside the SNARK call, so the phase held from here
     // includes the circuit's synthesis as well as the proof's multi-exponentiations.
     let started = Instant::now();
-    let proof = snark(vanilla, prover_id, partition)?;
+    let proof = snark(work, vanilla, prover_id, partition)?;
     let gpu_ms = millis(started);
     call(lane, "release-gpu")?;
     progress!(
@@ -294,81 +217,32 @@ fn call(lane: Option<&Lane>, line: &str) -> Outcome<()> {
     }
 }
 
-/// The vanilla proofs: PoSt's merkle inclusion proofs of its sectors at their challenges;
+/// The vanilla proofs: PoSt's and an update's merkle inclusion proofs at their challenges;
 /// PoRep's are in the C1 output already.
-fn vanilla(work: Work, prover: ProverId) -> Outcome<Vanilla> {
-    match work {
-        Work::Post {
-            config,
-            randomness,
-            sectors,
-        } => {
-            let started = Instant::now();
-            let proofs = post_vanilla_proofs(&config, &randomness, &sectors, prover)?;
-            progress!(
-                "vanilla proofs of {} sectors in {} ms",
-                sectors.len(),
-                millis(started)
-            );
-            Ok(Vanilla::Post {
-                config,
-                randomness,
-                proofs,
-            })
-        }
-        Work::Porep { sector, c1 } => {
+fn vanilla(work: &Work, prover: ProverId) -> Outcome<Vanilla> {
+    let started = Instant::now();
+    let vanilla = match work {
+        Work::Post(post) => Vanilla::Post(post::vanilla(post, prover)?),
+        Work::Porep(porep) => {
             progress!(
                 "porep-c2: sector {}'s vanilla proofs are its C1 output",
-                u64::from(sector)
+                u64::from(porep.statement.sector)
             );
-            Ok(Vanilla::Porep { sector, c1 })
+            return Ok(Vanilla::Porep);
         }
-    }
-}
-
-fn post_vanilla_proofs(
-    config: &PoStConfig,
-    randomness: &[u8; 32],
-    sectors: &[Sector],
-    prover: ProverId,
-) -> Outcome<Vec<FallbackPoStSectorProof<Tree>>> {
-    let ids: Vec<SectorId> = sectors.iter().map(|sector| sector.id).collect();
-    let challenges = generate_fallback_sector_challenges::<Tree>(config, randomness, &ids, prover)?;
-    sectors
-        .iter()
-        .map(|sector| {
-            let replica = sector.private_replica()?;
-            let challenged = &challenges[&sector.id];
-            Ok(generate_single_vanilla_proof::<Tree>(
-                config, sector.id, &replica, challenged,
-            )?)
-        })
-        .collect()
+        Work::Update(update) => Vanilla::Update(update::vanilla(update)?),
+    };
+    progress!("vanilla proofs in {} ms", millis(started));
+    Ok(vanilla)
 }
 
 /// The Groth16 proof of the job's partition from its vanilla proofs.
-fn snark(vanilla: Vanilla, prover: ProverId, partition: usize) -> Outcome<Vec<u8>> {
-    match vanilla {
-        Vanilla::Post {
-            config,
-            randomness,
-            proofs,
-        } => Ok(match config.typ {
-            filecoin_proofs::PoStType::Window => {
-                generate_single_window_post_with_vanilla::<Tree>(
-                    &config,
-                    &randomness,
-                    prover,
-                    proofs,
-                    partition,
-                )?
-                .0
-            }
-            filecoin_proofs::PoStType::Winning => {
-                generate_winning_post_with_vanilla::<Tree>(&config, &randomness, prover, proofs)?
-            }
-        }),
-        Vanilla::Porep { sector, c1 } => porep::commit(*c1, prover, sector),
+fn snark(work: Work, vanilla: Vanilla, prover: ProverId, partition: usize) -> Outcome<Vec<u8>> {
+    match (work, vanilla) {
+        (Work::Post(post), Vanilla::Post(proofs)) => post::snark(&post, proofs, prover, partition),
+        (Work::Porep(porep), Vanilla::Porep) => porep::commit(porep, prover),
+        (Work::Update(update), Vanilla::Update(proofs)) => update::snark(&update, proofs),
+        _ => unreachable!("vanilla proofs are made from the same work"),
     }
 }
 

@@ -1,5 +1,7 @@
 //! `seal`: a test and demo fixture that seals 2 KiB sectors for PoSt (and keeps each one's C1
-//! output for porep-c2), with piece data derived from the miner and the sector number.
+//! output for porep-c2), with piece data derived from the miner and the sector number. It
+//! prints the sectors as a job of `--kind` lists them (window-post, winning-post: number, commR,
+//! replica, cache; porep-c2: number, commR, commD, ticket, seed, c1Output).
 //!
 //! Each sector lives in `DIR/s-t0<miner>-<number>/`: `sealed` (the replica), `cache/` (p_aux,
 //! t_aux, tree-r-last: what PoSt reads), `c1.json` (SealCommitPhase1Output) and `seal.json`
@@ -12,25 +14,28 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use filecoin_proofs::types::{
-    Commitment, PaddedBytesAmount, PieceInfo, Ticket, UnpaddedBytesAmount,
+    PaddedBytesAmount, PieceInfo, Ticket, UnpaddedBytesAmount,
 };
 use filecoin_proofs::{
     add_piece, clear_cache, seal_commit_phase1, seal_pre_commit_phase1, seal_pre_commit_phase2,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use storage_proofs_core::sector::SectorId;
 
 use crate::args::Flags;
-use crate::config::{self, check_sector_size_flag, prover_id, Tree, SECTOR_SIZE};
+use crate::config::{self, check_sector_size_flag, prover_id, ProofKind, Tree, SECTOR_SIZE};
 use crate::fail::{bad_input, failed, Outcome};
-use crate::hexio::{parse_32, to_hex};
+use crate::hexio::to_hex;
 use crate::progress;
 
 /// The ticket (PreCommit randomness) every fixture sector is sealed with.
 const TICKET: Ticket = [1; 32];
 /// The seed (interactive PoRep randomness) of every fixture sector's C1.
 const SEED: Ticket = [2; 32];
+/// What a sealed sector's piece data is derived from, beside the miner and the sector number.
+const PIECE_DOMAIN: &[u8] = b"kuzk-fil-prover piece";
 
 /// What seal.json records.
 #[derive(Serialize, Deserialize)]
@@ -44,23 +49,21 @@ struct SealRecord {
     seed: String,
 }
 
-/// One sector in the listing `seal` prints (paths relative to DIR).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Listed {
-    number: u64,
-    comm_r: String,
-    replica: String,
-    cache: String,
-}
-
-/// `seal --dir DIR --miner ID --first N --count K [--sector-size 2KiB]`.
+/// `seal --dir DIR --miner ID --first N --count K [--kind KIND] [--sector-size 2KiB]`.
 pub fn command(args: &[String]) -> Outcome<()> {
     let flags = Flags::parse(
         "seal",
         args,
-        &["dir", "miner", "first", "count", "sector-size"],
+        &["dir", "miner", "first", "count", "kind", "sector-size"],
     )?;
+    let kind = ProofKind::parse("--kind", flags.optional("kind").unwrap_or("window-post"))?;
+    if kind == ProofKind::SnapUpdate {
+        return Err(kind.unsupported(
+            "--kind",
+            "seal",
+            "window-post, winning-post and porep-c2 (snap-update sectors come from update)",
+        ));
+    }
     let dir = PathBuf::from(flags.required("dir")?);
     let miner: u64 = flags.number("miner")?;
     let first: u64 = flags.number("first")?;
@@ -73,7 +76,7 @@ pub fn command(args: &[String]) -> Outcome<()> {
         .map_err(|error| bad_input(format!("--dir: cannot create {}: {error}", dir.display())))?;
 
     let listed = (first..end)
-        .map(|number| seal_sector(&dir, miner, number))
+        .map(|number| Ok(listed(kind, miner, number, &seal_sector(&dir, miner, number)?)))
         .collect::<Outcome<Vec<_>>>()?;
     println!(
         "{}",
@@ -82,45 +85,61 @@ pub fn command(args: &[String]) -> Outcome<()> {
     Ok(())
 }
 
+/// The directory, under `seal`'s DIR, of sector `number` of `miner`.
+pub fn sector_name(miner: u64, number: u64) -> String {
+    format!("s-t0{miner}-{number}")
+}
+
+/// A sealed sector as a job of `kind` lists it (paths relative to DIR).
+fn listed(kind: ProofKind, miner: u64, number: u64, record: &SealRecord) -> Value {
+    let name = sector_name(miner, number);
+    match kind {
+        ProofKind::PorepC2 => json!({
+            "number": number,
+            "commR": record.comm_r,
+            "commD": record.comm_d,
+            "ticket": record.ticket,
+            "seed": record.seed,
+            "c1Output": format!("{name}/c1.json"),
+        }),
+        _ => json!({
+            "number": number,
+            "commR": record.comm_r,
+            "replica": format!("{name}/sealed"),
+            "cache": format!("{name}/cache"),
+        }),
+    }
+}
+
 /// Seals sector `number` of `miner` under `dir`, or reuses it if it is complete.
-fn seal_sector(dir: &Path, miner: u64, number: u64) -> Outcome<Listed> {
-    let name = format!("s-t0{miner}-{number}");
-    let sector_dir = dir.join(&name);
+fn seal_sector(dir: &Path, miner: u64, number: u64) -> Outcome<SealRecord> {
+    let sector_dir = dir.join(sector_name(miner, number));
     let record_path = sector_dir.join("seal.json");
-    let comm_r = if record_path.is_file() {
+    if record_path.is_file() {
         progress!(
             "sector {number}: already sealed in {}",
             sector_dir.display()
         );
-        read_record(&record_path)?
-    } else {
-        let started = Instant::now();
-        let comm_r = seal_afresh(&sector_dir, miner, number)?;
-        progress!(
-            "sector {number}: sealed in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
-        comm_r
-    };
-    Ok(Listed {
-        number,
-        comm_r: to_hex(&comm_r),
-        replica: format!("{name}/sealed"),
-        cache: format!("{name}/cache"),
-    })
+        return read_record(&record_path);
+    }
+    let started = Instant::now();
+    let record = seal_afresh(&sector_dir, miner, number)?;
+    progress!(
+        "sector {number}: sealed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(record)
 }
 
-fn read_record(path: &Path) -> Outcome<Commitment> {
+fn read_record(path: &Path) -> Outcome<SealRecord> {
     let field = path.display().to_string();
     let text = fs::read_to_string(path).map_err(|error| failed(format!("{field}: {error}")))?;
-    let record: SealRecord =
-        serde_json::from_str(&text).map_err(|error| bad_input(format!("{field}: {error}")))?;
-    parse_32(&format!("{field}: commR"), &record.comm_r)
+    serde_json::from_str(&text).map_err(|error| bad_input(format!("{field}: {error}")))
 }
 
 /// Seals into an empty `sector_dir`: add the piece, PreCommit 1 and 2, Commit 1, then drop the
 /// files PoSt does not read (staged data, layers, tree-c, tree-d).
-fn seal_afresh(sector_dir: &Path, miner: u64, number: u64) -> Outcome<Commitment> {
+fn seal_afresh(sector_dir: &Path, miner: u64, number: u64) -> Outcome<SealRecord> {
     let io = |what: &str, error: std::io::Error| {
         failed(format!("{}: {what}: {error}", sector_dir.display()))
     };
@@ -133,7 +152,7 @@ fn seal_afresh(sector_dir: &Path, miner: u64, number: u64) -> Outcome<Commitment
     fs::create_dir_all(&cache).map_err(|e| io("cannot create", e))?;
     File::create(&replica).map_err(|e| io("cannot create the replica", e))?;
 
-    let piece = stage_piece(&staged, miner, number).map_err(|e| io("cannot stage the piece", e))?;
+    let piece = stage_piece(&staged, PIECE_DOMAIN, miner, number).map_err(|e| io("cannot stage the piece", e))?;
     let pieces = [piece];
     let porep = config::porep_config();
     let prover = prover_id(miner);
@@ -167,13 +186,19 @@ fn seal_afresh(sector_dir: &Path, miner: u64, number: u64) -> Outcome<Commitment
     };
     write_json(&sector_dir.join("seal.json"), &record)
         .map_err(|e| io("cannot write seal.json", e))?;
-    Ok(pre_commit.comm_r)
+    Ok(record)
 }
 
-/// Writes one piece filling the sector into `staged` (padded as sectors store data).
-fn stage_piece(staged: &Path, miner: u64, number: u64) -> std::io::Result<PieceInfo> {
+/// Writes one piece filling the sector into `staged` (padded as sectors store data), its
+/// bytes derived from `domain`, the miner and the sector number.
+pub fn stage_piece(
+    staged: &Path,
+    domain: &[u8],
+    miner: u64,
+    number: u64,
+) -> std::io::Result<PieceInfo> {
     let size = UnpaddedBytesAmount::from(PaddedBytesAmount(SECTOR_SIZE));
-    let data = piece_data(miner, number, size.0 as usize);
+    let data = piece_data(domain, miner, number, size.0 as usize);
     let mut target = BufWriter::new(File::create(staged)?);
     let (piece, _) =
         add_piece(Cursor::new(data), &mut target, size, &[]).map_err(std::io::Error::other)?;
@@ -181,12 +206,13 @@ fn stage_piece(staged: &Path, miner: u64, number: u64) -> std::io::Result<PieceI
     Ok(piece)
 }
 
-/// `len` bytes that depend only on the miner and the sector number: SHA-256 in counter mode.
-fn piece_data(miner: u64, number: u64, len: usize) -> Vec<u8> {
+/// `len` bytes that depend only on the domain, the miner and the sector number: SHA-256 in
+/// counter mode.
+fn piece_data(domain: &[u8], miner: u64, number: u64, len: usize) -> Vec<u8> {
     (0u64..)
         .flat_map(|block| {
             Sha256::new()
-                .chain_update(b"kuzk-fil-prover piece")
+                .chain_update(domain)
                 .chain_update(miner.to_le_bytes())
                 .chain_update(number.to_le_bytes())
                 .chain_update(block.to_le_bytes())
@@ -197,7 +223,7 @@ fn piece_data(miner: u64, number: u64, len: usize) -> Vec<u8> {
 }
 
 /// Writes `value` as JSON to `path` through a temporary file, so `path` is whole or absent.
-fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     let partial = path.with_extension("json.partial");
     let mut out = BufWriter::new(File::create(&partial)?);
     serde_json::to_writer(&mut out, value).map_err(std::io::Error::other)?;
@@ -211,8 +237,10 @@ mod tests {
 
     #[test]
     fn piece_data_is_deterministic_and_distinct() {
-        assert_eq!(piece_data(1000, 1, 2032), piece_data(1000, 1, 2032));
-        assert_ne!(piece_data(1000, 1, 2032), piece_data(1000, 2, 2032));
-        assert_eq!(piece_data(1000, 1, 2032).len(), 2032);
+        let data = |domain: &[u8], number| piece_data(domain, 1000, number, 2032);
+        assert_eq!(data(PIECE_DOMAIN, 1), data(PIECE_DOMAIN, 1));
+        assert_ne!(data(PIECE_DOMAIN, 1), data(PIECE_DOMAIN, 2));
+        assert_ne!(data(PIECE_DOMAIN, 1), data(b"another", 1));
+        assert_eq!(data(PIECE_DOMAIN, 1).len(), 2032);
     }
 }

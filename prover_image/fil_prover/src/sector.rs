@@ -9,7 +9,9 @@ use blstrs::Scalar;
 use filecoin_hashers::{HashFunction, Hasher};
 use filecoin_proofs::constants::{DefaultTreeDomain, DefaultTreeHasher};
 use filecoin_proofs::types::{Commitment, PersistentAux, PrivateReplicaInfo, StoreConfig};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde_json::Value;
 use storage_proofs_core::cache_key::CacheKey;
 use storage_proofs_core::sector::SectorId;
 
@@ -17,9 +19,9 @@ use crate::config::{Tree, SECTOR_SIZE, SECTOR_SIZE_NAME};
 use crate::fail::{bad_input, Failure, Outcome};
 use crate::hexio::{parse_32, to_hex};
 
-/// A sector as the job lists it.
+/// A PoSt's sector as the job lists it.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SectorInput {
     pub number: u64,
     pub comm_r: String,
@@ -43,24 +45,21 @@ impl Sector {
     }
 }
 
+/// `sectors[index]` read as the kind's entry `T`; bad input naming the entry otherwise.
+pub fn entry<T: DeserializeOwned>(index: usize, value: &Value) -> Outcome<T> {
+    T::deserialize(value).map_err(|error| bad_input(format!("sectors[{index}]: {error}")))
+}
+
 /// Checks `sectors[index]`: its comm_r is 32 bytes of hex, its replica a file of the sector
 /// size, its cache a directory with p_aux and tree-r-last, and comm_r is the one p_aux makes.
 pub fn check(index: usize, input: &SectorInput) -> Outcome<Sector> {
     let field = format!("sectors[{index}]");
-    let comm_r = parse_comm_r(&format!("{field}.commR"), &input.comm_r)?;
-    check_replica(&format!("{field}.replica"), &input.replica)?;
-    let cache_field = format!("{field}.cache");
-    check_directory(&cache_field, &input.cache)?;
-    let tree_r_last = StoreConfig::data_path(&input.cache, &CacheKey::CommRLastTree.to_string());
-    check_exists(&cache_field, &tree_r_last)?;
-    let actual = comm_r_of_cache(&cache_field, &input.cache)?;
-    if actual != comm_r {
-        return Err(bad_input(format!(
-            "{field}.commR {} does not match the replica's {} (cache p_aux)",
-            to_hex(&comm_r),
-            to_hex(&actual)
-        )));
-    }
+    let names = Names {
+        comm_r: format!("{field}.commR"),
+        replica: format!("{field}.replica"),
+        cache: format!("{field}.cache"),
+    };
+    let comm_r = check_sealed(&names, &input.comm_r, &input.replica, &input.cache)?;
     Ok(Sector {
         id: SectorId::from(input.number),
         comm_r,
@@ -69,13 +68,46 @@ pub fn check(index: usize, input: &SectorInput) -> Outcome<Sector> {
     })
 }
 
-/// A comm_r given as `0x<64 hex>`: 32 bytes that are a non-zero field element (little-endian),
-/// as filecoin-proofs requires of every commitment.
+/// The fields a sealed replica is named by in the job, for messages.
+pub struct Names {
+    pub comm_r: String,
+    pub replica: String,
+    pub cache: String,
+}
+
+/// Checks one sealed replica: `comm_r` is 32 bytes of hex, `replica` a file of the sector
+/// size, `cache` a directory with p_aux and tree-r-last, and comm_r is the one p_aux makes.
+/// Returns the comm_r.
+pub fn check_sealed(
+    names: &Names,
+    comm_r: &str,
+    replica: &Path,
+    cache: &Path,
+) -> Outcome<Commitment> {
+    let comm_r = parse_comm_r(&names.comm_r, comm_r)?;
+    check_replica(&names.replica, replica)?;
+    check_directory(&names.cache, cache)?;
+    let tree_r_last = StoreConfig::data_path(cache, &CacheKey::CommRLastTree.to_string());
+    check_exists(&names.cache, &tree_r_last)?;
+    let actual = comm_r_of_cache(&names.cache, cache)?;
+    if actual != comm_r {
+        return Err(bad_input(format!(
+            "{} {} does not match the replica's {} (cache p_aux)",
+            names.comm_r,
+            to_hex(&comm_r),
+            to_hex(&actual)
+        )));
+    }
+    Ok(comm_r)
+}
+
+/// A comm_r (or comm_d) given as `0x<64 hex>`: 32 bytes that are a non-zero field element
+/// (little-endian), as filecoin-proofs requires of every commitment.
 pub fn parse_comm_r(field: &str, text: &str) -> Outcome<Commitment> {
     let bytes = parse_32(field, text)?;
     if bytes == [0; 32] {
         return Err(bad_input(format!(
-            "{field}: {text} is zero, which no sector's comm_r is"
+            "{field}: {text} is zero, which no sector's commitment is"
         )));
     }
     if Scalar::from_bytes_le(&bytes).is_none().into() {

@@ -1,5 +1,7 @@
 //! `verify`: checks a ProofJob's proof against the public inputs the job names, as a chain
-//! verifier would: the proof kind, the miner, the randomness and the sectors' comm_r.
+//! verifier would: the proof kind, the miner, and per kind the randomness and the sectors'
+//! comm_r (PoSt), the sector's commitments, ticket and seed (PoRep C2), or the old and new
+//! comm_r and the new comm_d (snap-update).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -9,6 +11,7 @@ use bellperson::groth16;
 use blstrs::Bls12;
 use filecoin_proofs::types::{Commitment, PoStConfig, ProverId, PublicReplicaInfo};
 use filecoin_proofs::{verify_window_post, verify_winning_post, SINGLE_PARTITION_PROOF_LEN};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use storage_proofs_core::sector::SectorId;
 
@@ -19,17 +22,34 @@ use crate::config::{
 use crate::fail::{bad_input, failed, Failure, Outcome};
 use crate::hexio::{parse_32, parse_hex};
 use crate::params;
-use crate::prove::winning_challenged;
+use crate::porep::{self, PorepInput};
+use crate::post::winning_challenged;
 use crate::sector::{self, file_error, parse_comm_r};
+use crate::update::{self, UpdateInput};
 
 /// The public inputs a ProofJob names.
 struct Statement {
     kind: ProofKind,
-    config: PoStConfig,
     prover_id: ProverId,
-    randomness: [u8; 32],
-    /// By sector number, ascending.
-    sectors: Vec<(SectorId, Commitment)>,
+    /// How many sectors the proof covers.
+    sectors: usize,
+    inputs: Inputs,
+}
+
+/// The public inputs by kind.
+enum Inputs {
+    Post {
+        config: PoStConfig,
+        randomness: [u8; 32],
+        /// By sector number, ascending.
+        sectors: Vec<(SectorId, Commitment)>,
+    },
+    Porep(porep::Statement),
+    Update {
+        comm_r_old: Commitment,
+        comm_r_new: Commitment,
+        comm_d_new: Commitment,
+    },
 }
 
 /// `verify --job JOB.json [--proof FILE]`.
@@ -58,14 +78,14 @@ pub fn command(args: &[String]) -> Outcome<()> {
         return Err(failed(format!(
             "the proof does not verify: {} of {} sectors, {partitions} partitions, {} bytes",
             statement.kind.name(),
-            statement.sectors.len(),
+            statement.sectors,
             proof.len()
         )));
     }
     println!(
         "verified: {}, {} sectors, {partitions} partitions, {} bytes",
         statement.kind.name(),
-        statement.sectors.len(),
+        statement.sectors,
         proof.len()
     );
     Ok(())
@@ -73,16 +93,9 @@ pub fn command(args: &[String]) -> Outcome<()> {
 
 fn read_statement(job: &Value) -> Outcome<Statement> {
     let kind = ProofKind::parse(".spec.proofKind", text_at(job, ".spec.proofKind")?)?;
-    let config = kind.post_config().ok_or_else(|| {
-        kind.unsupported(".spec.proofKind", "verify", "window-post and winning-post")
-    })?;
     let miner = at(job, ".spec.sector.miner")?
         .as_u64()
         .ok_or_else(|| bad_input(".spec.sector.miner: not a miner id (a non-negative integer)"))?;
-    let randomness = field_randomness(parse_32(
-        ".spec.randomness",
-        text_at(job, ".spec.randomness")?,
-    )?);
     match at(job, ".spec.filecoin.sectorSize")? {
         Value::Number(bytes) => {
             check_sector_bytes(".spec.filecoin.sectorSize", bytes.as_u64().unwrap_or(0))?
@@ -92,14 +105,58 @@ fn read_statement(job: &Value) -> Outcome<Statement> {
             size.as_str().unwrap_or_default(),
         )?,
     }
-    let sectors = read_sectors(at(job, ".spec.filecoin.sectors")?)?;
+    let list = at(job, ".spec.filecoin.sectors")?;
+    let inputs = match kind.post_config() {
+        Some(config) => Inputs::Post {
+            config,
+            randomness: field_randomness(parse_32(
+                ".spec.randomness",
+                text_at(job, ".spec.randomness")?,
+            )?),
+            sectors: read_sectors(list)?,
+        },
+        None => {
+            let entry = one_sector(kind, list)?;
+            if kind == ProofKind::PorepC2 {
+                Inputs::Porep(porep::statement(0, &spec_entry::<PorepInput>(entry)?)?)
+            } else {
+                let input = spec_entry::<UpdateInput>(entry)?;
+                let field = |name: &str| format!(".spec.filecoin.sectors[0].{name}");
+                Inputs::Update {
+                    comm_r_old: parse_comm_r(&field("commROld"), &input.comm_r_old)?,
+                    comm_r_new: parse_comm_r(&field("commR"), &input.comm_r)?,
+                    comm_d_new: parse_comm_r(&field("commD"), &input.comm_d)?,
+                }
+            }
+        }
+    };
+    let sectors = match &inputs {
+        Inputs::Post { sectors, .. } => sectors.len(),
+        _ => 1,
+    };
     Ok(Statement {
         kind,
-        config,
         prover_id: prover_id(miner),
-        randomness,
         sectors,
+        inputs,
     })
+}
+
+/// The one sector of a porep-c2 or snap-update job.
+fn one_sector(kind: ProofKind, list: &Value) -> Outcome<&Value> {
+    match list.as_array().map(Vec::as_slice) {
+        Some([entry]) => Ok(entry),
+        _ => Err(bad_input(format!(
+            ".spec.filecoin.sectors: a {} job lists one sector",
+            kind.name()
+        ))),
+    }
+}
+
+/// `.spec.filecoin.sectors[0]` read as the kind's entry (paths relative to the volume).
+fn spec_entry<T: DeserializeOwned>(entry: &Value) -> Outcome<T> {
+    T::deserialize(entry)
+        .map_err(|error| bad_input(format!(".spec.filecoin.sectors[0]: {error}")))
 }
 
 /// `.spec.filecoin.sectors`: each `{number, commR, ...}`, sorted here by number.
@@ -131,11 +188,11 @@ fn read_sectors(list: &Value) -> Outcome<Vec<(SectorId, Commitment)>> {
         .collect())
 }
 
-/// WindowPoSt: one partition per sectors-per-partition sectors; WinningPoSt: one.
+/// WindowPoSt: one partition per sectors-per-partition sectors; the others: one (a 2 KiB
+/// PoRep's and update's circuits are one partition each).
 fn partition_count(statement: &Statement) -> usize {
-    match statement.kind {
-        ProofKind::WindowPost => statement
-            .sectors
+    match (&statement.inputs, statement.kind) {
+        (Inputs::Post { sectors, .. }, ProofKind::WindowPost) => sectors
             .len()
             .div_ceil(config::window_post_sectors_per_partition()),
         _ => 1,
@@ -162,38 +219,45 @@ fn check_proof(proof: &[u8], partitions: usize) -> Outcome<()> {
 
 /// Whether the proof holds for the statement.
 fn holds(statement: &Statement, proof: &[u8]) -> Outcome<bool> {
-    let Statement {
-        config,
-        randomness,
-        prover_id,
-        ..
-    } = statement;
+    let prover_id = statement.prover_id;
     let replica = |comm_r: &Commitment| PublicReplicaInfo::new(*comm_r).map_err(Failure::from);
-    match statement.kind {
-        ProofKind::WindowPost => {
-            let replicas = statement
-                .sectors
+    match &statement.inputs {
+        Inputs::Post {
+            config,
+            randomness,
+            sectors,
+        } if statement.kind == ProofKind::WindowPost => {
+            let replicas = sectors
                 .iter()
                 .map(|(id, comm_r)| Ok((*id, replica(comm_r)?)))
                 .collect::<Outcome<BTreeMap<_, _>>>()?;
             Ok(verify_window_post::<Tree>(
-                config, randomness, &replicas, *prover_id, proof,
+                config, randomness, &replicas, prover_id, proof,
             )?)
         }
-        _ => {
-            let challenged =
-                winning_challenged(config, randomness, statement.sectors.len(), *prover_id)?;
+        Inputs::Post {
+            config,
+            randomness,
+            sectors,
+        } => {
+            let challenged = winning_challenged(config, randomness, sectors.len(), prover_id)?;
             let replicas = challenged
                 .iter()
                 .map(|&index| {
-                    let (id, comm_r) = &statement.sectors[index];
+                    let (id, comm_r) = &sectors[index];
                     Ok((*id, replica(comm_r)?))
                 })
                 .collect::<Outcome<Vec<_>>>()?;
             Ok(verify_winning_post::<Tree>(
-                config, randomness, &replicas, *prover_id, proof,
+                config, randomness, &replicas, prover_id, proof,
             )?)
         }
+        Inputs::Porep(porep) => porep::holds(porep, prover_id, proof),
+        Inputs::Update {
+            comm_r_old,
+            comm_r_new,
+            comm_d_new,
+        } => update::holds(proof, *comm_r_old, *comm_r_new, *comm_d_new),
     }
 }
 
