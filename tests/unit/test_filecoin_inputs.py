@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from kuzk.contract import api, filecoin, pod
+from kuzk.operator.partitions import NO_PROOF
 from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.reconcile import reconcile
+from tests.unit.operator.objects import T0, Make
 
 
 def sectors(*numbers: int) -> list[dict[str, Any]]:
@@ -17,14 +20,26 @@ def sectors(*numbers: int) -> list[dict[str, Any]]:
              "cache": f"s-t01000-{n}/cache"} for n in numbers]
 
 
+HEX = {name: "0x" + f"{i + 10:02x}" * 32
+       for i, name in enumerate(("commD", "ticket", "seed", "commROld"))}
+C2_SECTOR = {"number": 7, "commR": "0x" + "07" * 32, "commD": HEX["commD"],
+             "ticket": HEX["ticket"], "seed": HEX["seed"], "c1Output": "s-t01000-7/c1.json"}
+UPDATE_SECTOR = {"number": 7, "commROld": HEX["commROld"], "commR": "0x" + "07" * 32,
+                 "commD": HEX["commD"], "replica": "s-t01000-7/update/sealed",
+                 "cache": "s-t01000-7/update/cache", "sectorKey": "s-t01000-7/sealed",
+                 "sectorKeyCache": "s-t01000-7/cache"}
+
+
 def job(kind: str = "window-post", **real: Any) -> dict[str, Any]:
+    one = {"porep-c2": [C2_SECTOR], "snap-update": [UPDATE_SECTOR]}
     spec: dict[str, Any] = {
         "proofKind": kind,
         "sector": {"miner": 1000, "number": 1},
-        "randomness": "0x" + "ab" * 32,
         "filecoin": {"sectorSize": "2KiB", "volume": {"claimName": "sealed"},
-                     "sectors": sectors(8, 3, 1, 5, 2, 7, 4, 6), **real},
+                     "sectors": one.get(kind, sectors(8, 3, 1, 5, 2, 7, 4, 6)), **real},
     }
+    if kind in filecoin.RANDOMNESS_KINDS:
+        spec["randomness"] = "0x" + "ab" * 32
     return {"metadata": {"name": "wpost", "namespace": "sp", "uid": "u-1"}, "spec": spec}
 
 
@@ -72,6 +87,57 @@ def test_a_real_partition_pod_runs_the_real_prover_on_its_sectors_read_only() ->
     assert mounts[filecoin.PARAMETERS_VOLUME]["readOnly"] is True
 
 
+@pytest.mark.parametrize(("kind", "entry"), [("porep-c2", C2_SECTOR),
+                                            ("snap-update", UPDATE_SECTOR)])
+def test_a_porep_or_update_is_one_partition_given_its_sectors_own_fields(
+        kind: str, entry: dict[str, Any]) -> None:
+    spec = api.resolve(job(kind))
+    assert spec.partitions == 1
+    manifest = pod_manifest(spec, 0, 1, PodSettings(image="prover:1"))
+    env = {e["name"]: e.get("value") for e in manifest["spec"]["containers"][0]["env"]}
+    real = json.loads(env[pod.INPUT_ENV])[pod.FILECOIN_INPUT_KEY]
+    assert "randomness" not in real
+    assert real["partitions"] == 1
+    (given,) = real["sectors"]
+    assert given == {k: f"{filecoin.SECTORS_MOUNT}/{v}" if k in filecoin.PATH_FIELDS else v
+                     for k, v in entry.items()}
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "reason"),
+    [
+        ("porep-c2", {"sectors": [C2_SECTOR, {**C2_SECTOR, "number": 8}]},
+         "a real porep-c2 proves one sector, not 2"),
+        ("porep-c2", {"sectors": [{**C2_SECTOR, "replica": "s/sealed"}]},
+         "sectors[0]: a porep-c2 sector has no replica"),
+        ("porep-c2", {"sectors": [{k: v for k, v in C2_SECTOR.items() if k != "seed"}]},
+         "sectors[0].seed must be 0x followed by 64 hex digits, got None"),
+        ("snap-update", {"sectors": [{**UPDATE_SECTOR, "sectorKey": "/abs"}]},
+         "sectors[0].sectorKey must be a relative path inside the volume"),
+        ("window-post", {"sectors": [{**sectors(1)[0], "c1Output": "c1.json"}]},
+         "sectors[0]: a window-post sector has no c1Output"),
+    ],
+)
+def test_each_kind_takes_only_its_own_sector_fields(kind: str, change: dict[str, Any],
+                                                    reason: str) -> None:
+    with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        api.resolve(job(kind, **change))
+
+
+@pytest.mark.parametrize(("kind", "randomness", "reason"), [
+    ("porep-c2", "0x" + "ab" * 32, "a real porep-c2 uses its sector's own randomness"),
+    ("window-post", None, "a real window-post needs the chain's randomness"),
+])
+def test_randomness_is_the_chains_for_a_post_only(kind: str, randomness: str | None,
+                                                  reason: str) -> None:
+    changed = job(kind)
+    changed["spec"]["randomness"] = randomness
+    if randomness is None:
+        del changed["spec"]["randomness"]
+    with pytest.raises(ValueError, match=reason):
+        api.resolve(changed)
+
+
 def test_a_synthetic_job_keeps_the_built_in_prover() -> None:
     plain = job()
     del plain["spec"]["filecoin"]
@@ -103,14 +169,14 @@ def test_a_bad_real_spec_is_refused_naming_its_field(change: dict[str, Any], rea
         api.resolve(job(**change))
 
 
-def test_only_the_post_kinds_prove_for_real() -> None:
-    with pytest.raises(ValueError, match="real proofs are window-post and winning-post"):
-        api.resolve(job("porep-c2"))
+def test_every_kind_proves_for_real() -> None:
+    assert set(filecoin.REAL_KINDS) == set(api.PROOF_KINDS)
 
 
 @pytest.mark.parametrize("path", ["a", "a/b.c", ".hidden/x", "..x/y", "s-t01000-1/sealed"])
 def test_relative_paths_inside_the_volume_are_accepted(path: str) -> None:
-    assert filecoin._sector(0, {**sectors(1)[0], "replica": path}).replica == path
+    sector = filecoin._sector("window-post", 0, {**sectors(1)[0], "replica": path})
+    assert sector.field("replica") == path
 
 
 def test_a_proof_is_read_only_once_a_real_job_succeeded() -> None:
@@ -125,3 +191,20 @@ def test_a_proof_is_read_only_once_a_real_job_succeeded() -> None:
     synthetic = {"spec": {"proofKind": "window-post"}, "status": done["status"]}
     with pytest.raises(ValueError, match="not a real proof"):
         api.proof_bytes(synthetic)
+
+
+@pytest.mark.parametrize(("proof", "state", "message"), [
+    ("0x" + "ab" * 192, "done", None),
+    (None, "pending", NO_PROOF),
+])
+def test_a_real_partition_is_done_only_with_its_proof(proof: str | None, state: str,
+                                                       message: str | None) -> None:
+    real = {**job("winning-post"), "status": {}}
+    real["spec"]["backoffLimitPerPartition"] = 1
+    result = {"commitment": "0x" + "cd" * 32, **({"proof": proof} if proof else {})}
+    pod = Make.pod(real, 0, 1, phase="Succeeded", node="n1", exit_code=0,
+                   message=json.dumps(result))
+    decision = reconcile(real, [pod], [], T0, settings=PodSettings(image="prover:1"))
+    (entry,) = decision.status["partitions"]
+    assert (entry["state"], entry.get("proof"), entry.get("message")) == (
+        state, proof, message)

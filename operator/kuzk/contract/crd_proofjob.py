@@ -39,32 +39,46 @@ def _kind_table() -> str:
 
 
 def _filecoin() -> dict[str, Any]:
-    path = "{} inside the volume, relative (no leading /, no .. segment)."
+    def path(what: str) -> dict[str, Any]:
+        return string(f"{what} inside the volume, relative (no leading /, no .. segment).",
+                      pattern=filecoin.RELATIVE_PATH_PATTERN, maxLength=filecoin.PATH_MAX)
+
+    def hex32(what: str) -> dict[str, Any]:
+        return string(f"{what}, 0x and 64 hex digits.", pattern=filecoin.COMM_R_PATTERN)
+
     sector = obj(
-        "One sealed sector.",
+        "One sealed sector, with its kind's fields: window-post and winning-post: replica,"
+        " cache; porep-c2: commD, ticket, seed, c1Output; snap-update: commROld, commD,"
+        " replica, cache, sectorKey, sectorKeyCache.",
         {
             "number": integer("Sector number.", minimum=0),
-            "commR": string(
-                "The sector's sealed commitment (comm_r), 0x and 64 hex digits; the prover"
-                " checks it against the replica's cache before proving.",
-                pattern=filecoin.COMM_R_PATTERN,
-            ),
-            "replica": string(path.format("The sealed replica's file"),
-                              pattern=filecoin.RELATIVE_PATH_PATTERN,
-                              maxLength=filecoin.PATH_MAX),
-            "cache": string(path.format("The sector's cache directory (p_aux, t_aux, tree_r_last)"),
-                            pattern=filecoin.RELATIVE_PATH_PATTERN,
-                            maxLength=filecoin.PATH_MAX),
+            "commR": hex32(
+                "The sector's sealed commitment (comm_r; for snap-update the updated"
+                " replica's); the prover checks it against the replica's cache or the C1"
+                " output before proving"),
+            "replica": path("The sealed replica's file (snap-update: the updated replica)"),
+            "cache": path("The replica's cache directory (p_aux, t_aux, tree_r_last)"),
+            "commD": hex32("The unsealed commitment (comm_d; for snap-update the new data's)"),
+            "ticket": hex32("porep-c2: the ticket (sealing randomness) the sector was sealed"
+                            " with"),
+            "seed": hex32("porep-c2: the seed (interactive randomness) of its commit"),
+            "c1Output": path("porep-c2: the sector's commit phase 1 output (JSON)"),
+            "commROld": hex32("snap-update: the sector key's sealed commitment (the comm_r"
+                              " before the update)"),
+            "sectorKey": path("snap-update: the sector key (the replica as first sealed)"),
+            "sectorKeyCache": path("snap-update: the sector key's cache directory"),
         },
-        required=["number", "commR", "replica", "cache"],
+        required=["number", "commR"],
     )
     spec = obj(
         "A real Filecoin proof of sealed sectors, proven with filecoin-proofs (kinds"
         f" {', '.join(filecoin.REAL_KINDS)}); spec.sector.miner is the prover (miner actor)"
-        " ID and spec.randomness the chain's randomness, required. The partitions are the"
-        " chain's: a WindowPoSt over N sectors has ceil(N / sectors per partition) (2 at"
-        " 2KiB, 8MiB and 512MiB; 2349 at 32GiB; 2300 at 64GiB), a WinningPoSt one."
-        " Unset: the built-in prover's synthetic witness. Immutable.",
+        " ID. window-post and winning-post need spec.randomness, the chain's randomness;"
+        " porep-c2 and snap-update prove one sector with its own randomness and leave it"
+        " out. The partitions are the chain's: a WindowPoSt over N sectors has"
+        " ceil(N / sectors per partition) (2 at 2KiB, 8MiB and 512MiB; 2349 at 32GiB; 2300"
+        " at 64GiB), the other kinds one. Unset: the built-in prover's synthetic witness."
+        " Immutable.",
         {
             "sectorSize": string("The sectors' size.", enum=list(filecoin.SECTOR_SIZES)),
             "volume": obj(
@@ -76,8 +90,8 @@ def _filecoin() -> dict[str, Any]:
             ),
             "sectors": arr(
                 "The sectors the proof covers (WindowPoSt: the partitions' sectors; WinningPoSt:"
-                " the set the challenge picks from), in any order: partitions take them sorted"
-                " by number.",
+                " the set the challenge picks from; porep-c2, snap-update: one sector), in any"
+                " order: partitions take them sorted by number.",
                 sector,
                 key="number",
                 minItems=1,
@@ -94,6 +108,21 @@ def _filecoin() -> dict[str, Any]:
              f" || size(self.sectors) <= {filecoin.SMALL_SIZE_MAX_SECTORS}",
              f"at most {filecoin.SMALL_SIZE_MAX_SECTORS} sectors below 32GiB (64 partitions)"),
     )
+
+
+def _sector_fields_rules() -> list[dict[str, Any]]:
+    """Per real kind: each sector has that kind's fields and no other kind's."""
+    every = {f for fields in filecoin.SECTOR_FIELDS.values() for f in fields}
+    rules = []
+    for kind, fields in filecoin.SECTOR_FIELDS.items():
+        present = [f"has(s.{f})" for f in fields]
+        absent = [f"!has(s.{f})" for f in sorted(every - set(fields))]
+        rules.append(rule(
+            f"!has(self.filecoin) || self.proofKind != '{kind}'"
+            f" || self.filecoin.sectors.all(s, {' && '.join(present + absent)})",
+            f"a {kind} sector has number, commR, {', '.join(fields)} and nothing else",
+            ".filecoin.sectors"))
+    return rules
 
 
 def _proofjob_spec() -> dict[str, Any]:
@@ -191,12 +220,18 @@ def _proofjob_spec() -> dict[str, Any]:
         required=["proofKind", "sector"],
     )
     real = "', '".join(filecoin.REAL_KINDS)
+    chain = "', '".join(filecoin.RANDOMNESS_KINDS)
     return with_rules(
         spec,
         rule(f"!has(self.filecoin) || self.proofKind in ['{real}']",
-             f"real proofs are {' and '.join(filecoin.REAL_KINDS)}", ".filecoin"),
-        rule("!has(self.filecoin) || has(self.randomness)",
-             "a real proof (filecoin) needs the chain's randomness", ".randomness"),
+             f"real proofs are {', '.join(filecoin.REAL_KINDS)}", ".filecoin"),
+        rule(f"!has(self.filecoin) || !(self.proofKind in ['{chain}']) || has(self.randomness)",
+             "a real window-post or winning-post needs the chain's randomness", ".randomness"),
+        rule(f"!has(self.filecoin) || self.proofKind in ['{chain}']"
+             " || (!has(self.randomness) && size(self.filecoin.sectors) == 1)",
+             "a real porep-c2 or snap-update proves one sector with its own randomness:"
+             " leave spec.randomness out", ".filecoin"),
+        *_sector_fields_rules(),
         rule("!has(self.filecoin) || !has(self.partitions)",
              "a real proof's partitions are the chain's, from filecoin.sectors: leave"
              " partitions unset", ".partitions"),

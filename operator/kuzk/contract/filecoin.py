@@ -6,8 +6,11 @@ A ProofJob with ``spec.filecoin`` proves sealed sectors with filecoin-proofs (th
 witness. Its partitions are the chain's: a WindowPoSt over N sectors has ceil(N / sectors per
 partition) partitions, each proving its slice of the sectors sorted by number (the order of the
 verifier's sector map); a WinningPoSt is one partition over the whole sector set, whose
-challenged sector the prover picks. Paths are relative to the PersistentVolumeClaim the job
-names, which every partition pod mounts read-only at ``SECTORS_MOUNT``.
+challenged sector the prover picks; a PoRep C2 and a SnapDeals update are one partition over
+one sector (the library proves all of a sector's circuit partitions in one call). Each kind
+lists its sectors with its own fields (``SECTOR_FIELDS``). Paths are relative to the
+PersistentVolumeClaim the job names, which every partition pod mounts read-only at
+``SECTORS_MOUNT``.
 
 Only the standard library and ``pod`` are imported: the operator and the CRD read it alike.
 """
@@ -23,8 +26,22 @@ from typing import Any
 
 from kuzk.contract.pod import RANDOMNESS_PATTERN
 
-# The kinds the real prover proves; the others keep the built-in prover.
-REAL_KINDS = ("window-post", "winning-post")
+# The kinds the real prover proves, and what each lists of a sector beside its number and
+# commR (hex values and paths inside the volume): a PoSt's replicas; a PoRep C2's unsealed
+# commitment, randomness and C1 output; a SnapDeals update's sector key (the replica as first
+# sealed, commROld) and the updated replica with its new unsealed commitment.
+SECTOR_FIELDS = {
+    "window-post": ("replica", "cache"),
+    "winning-post": ("replica", "cache"),
+    "porep-c2": ("commD", "ticket", "seed", "c1Output"),
+    "snap-update": ("commROld", "commD", "replica", "cache", "sectorKey", "sectorKeyCache"),
+}
+REAL_KINDS = tuple(SECTOR_FIELDS)
+# The kinds proven with the chain's randomness (spec.randomness); the others carry their
+# sector's own (a PoRep's ticket and seed) or none (an update), and prove one sector.
+RANDOMNESS_KINDS = ("window-post", "winning-post")
+HEX_FIELDS = ("commD", "ticket", "seed", "commROld")
+PATH_FIELDS = ("replica", "cache", "c1Output", "sectorKey", "sectorKeyCache")
 # filecoin-proofs' sector sizes, by the name a ProofJob uses, in bytes.
 SECTOR_SIZES = {
     "2KiB": 2 << 10,
@@ -64,13 +81,15 @@ PARAMETERS_VOLUME, PARAMETERS_MOUNT = "filecoin-parameters", "/var/tmp/filecoin-
 
 @dataclass(frozen=True)
 class Sector:
-    """One sealed sector a proof covers: its number, its sealed commitment, and where its
-    replica and cache are inside the job's volume."""
+    """One sealed sector a proof covers: its number, its sealed commitment, and its kind's
+    other fields (``SECTOR_FIELDS``: hex values, and paths inside the job's volume)."""
 
     number: int
     comm_r: str
-    replica: str
-    cache: str
+    fields: tuple[tuple[str, str], ...]
+
+    def field(self, name: str) -> str:
+        return dict(self.fields)[name]
 
 
 @dataclass(frozen=True)
@@ -100,19 +119,21 @@ class FilecoinSpec:
                      partition: int) -> dict[str, Any]:
         """What the real prover reads of one partition (the ``filecoin`` key of the pod's
         input): paths made absolute under the volume's mount."""
-        return {
+        given: dict[str, Any] = {
             "sectorSize": SECTOR_SIZES[self.sector_size],
             "proverId": prover_id,
-            "randomness": randomness,
             "partition": partition,
             "partitions": self.partitions(proof_kind),
             "sectors": [
                 {"number": s.number, "commR": s.comm_r,
-                 "replica": posixpath.join(SECTORS_MOUNT, s.replica),
-                 "cache": posixpath.join(SECTORS_MOUNT, s.cache)}
+                 **{k: posixpath.join(SECTORS_MOUNT, v) if k in PATH_FIELDS else v
+                    for k, v in s.fields}}
                 for s in self.partition_sectors(proof_kind, partition)
             ],
         }
+        if proof_kind in RANDOMNESS_KINDS:
+            given["randomness"] = randomness
+        return given
 
 
 def parse(spec: Mapping[str, Any]) -> FilecoinSpec | None:
@@ -127,7 +148,12 @@ def parse(spec: Mapping[str, Any]) -> FilecoinSpec | None:
         raise ValueError(msg)
     kind = spec.get("proofKind")
     if kind not in REAL_KINDS:
-        msg = f"spec.filecoin: real proofs are {' and '.join(REAL_KINDS)}, not {kind!r}"
+        msg = f"spec.filecoin: real proofs are {', '.join(REAL_KINDS)}, not {kind!r}"
+        raise ValueError(msg)
+    if (kind in RANDOMNESS_KINDS) != (spec.get("randomness") is not None):
+        msg = (f"spec.randomness: a real {kind} needs the chain's randomness"
+               if kind in RANDOMNESS_KINDS else
+               f"spec.randomness: a real {kind} uses its sector's own randomness; leave it out")
         raise ValueError(msg)
     size = raw.get("sectorSize")
     if size not in SECTOR_SIZES:
@@ -141,7 +167,11 @@ def parse(spec: Mapping[str, Any]) -> FilecoinSpec | None:
     if not isinstance(entries, list) or not entries:
         msg = "spec.filecoin.sectors must list at least one sector"
         raise ValueError(msg)
-    sectors = sorted((_sector(i, e) for i, e in enumerate(entries)), key=lambda s: s.number)
+    if kind not in RANDOMNESS_KINDS and len(entries) != 1:
+        msg = f"spec.filecoin.sectors: a real {kind} proves one sector, not {len(entries)}"
+        raise ValueError(msg)
+    sectors = sorted((_sector(kind, i, e) for i, e in enumerate(entries)),
+                     key=lambda s: s.number)
     numbers = [s.number for s in sectors]
     if len(set(numbers)) != len(numbers):
         msg = "spec.filecoin.sectors names a sector number twice"
@@ -149,7 +179,7 @@ def parse(spec: Mapping[str, Any]) -> FilecoinSpec | None:
     return FilecoinSpec(size, claim, tuple(sectors))
 
 
-def _sector(index: int, entry: Any) -> Sector:
+def _sector(kind: str, index: int, entry: Any) -> Sector:
     field = f"spec.filecoin.sectors[{index}]"
     if not isinstance(entry, Mapping):
         msg = f"{field} must be an object, got {entry!r}"
@@ -158,15 +188,22 @@ def _sector(index: int, entry: Any) -> Sector:
     if not isinstance(number, int) or isinstance(number, bool) or number < 0:
         msg = f"{field}.number must be a sector number, got {number!r}"
         raise ValueError(msg)
-    comm_r = entry.get("commR")
-    if not isinstance(comm_r, str) or not re.fullmatch(COMM_R_PATTERN, comm_r):
-        msg = f"{field}.commR must be 0x followed by 64 hex digits, got {comm_r!r}"
+    wanted = SECTOR_FIELDS[kind]
+    stray = sorted(set(entry) - {"number", "commR", *wanted})
+    if stray:
+        msg = f"{field}: a {kind} sector has no {', '.join(stray)}"
         raise ValueError(msg)
-    paths = []
-    for key in ("replica", "cache"):
-        path = entry.get(key)
-        if not isinstance(path, str) or not re.fullmatch(RELATIVE_PATH_PATTERN, path):
-            msg = f"{field}.{key} must be a relative path inside the volume, got {path!r}"
+    fields = []
+    for key in ("commR", *wanted):
+        value = entry.get(key)
+        if key in PATH_FIELDS:
+            if not isinstance(value, str) or not re.fullmatch(RELATIVE_PATH_PATTERN, value):
+                msg = f"{field}.{key} must be a relative path inside the volume, got {value!r}"
+                raise ValueError(msg)
+        elif not isinstance(value, str) or not re.fullmatch(COMM_R_PATTERN, value):
+            msg = f"{field}.{key} must be 0x followed by 64 hex digits, got {value!r}"
             raise ValueError(msg)
-        paths.append(path)
-    return Sector(number, comm_r.lower(), paths[0], paths[1])
+        else:
+            value = value.lower()
+        fields.append((key, value))
+    return Sector(number, fields[0][1], tuple(fields[1:]))

@@ -12,7 +12,7 @@ follows an attempt that ended without a result is the policies' to say
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from kuzk.contract.api import (
@@ -37,6 +37,8 @@ from kuzk.operator.policies.retries import (
 
 # A partition the job's failure ends (``reason`` in its status entry).
 FAILED_JOB = "JobFailed"
+# A real proof's pod that succeeded without handing back its proof: a failed attempt.
+NO_PROOF = "no usable result: the real prover's result carries no proof bytes"
 
 # Attempt-scoped fields: a new attempt starts without them.
 _ATTEMPT_FIELDS = (
@@ -145,8 +147,11 @@ def advance(
     claims: Mapping[str, Claim],
     backoff_limit: int,
     now: str,
+    *,
+    real: bool = False,
 ) -> list[Event]:
-    """Fold the partition's pods (by attempt) into its entry; return the transitions' events."""
+    """Fold the partition's pods (by attempt) into its entry; return the transitions' events.
+    A ``real`` proof's partition is done only with its proof bytes."""
     events: list[Event] = []
     for attempt in sorted(a for a in pods if a >= part.attempt):
         if part.terminal:
@@ -157,7 +162,10 @@ def advance(
         part.pod = (pod.get("metadata") or {}).get("name")
         if part.reason == POD_REFUSED:  # asked again and created: the refusal is over
             part.reason = part.message = part.refusals = part.refused_at = None
-        events += _apply(part, observe(pod, claims), backoff_limit, now)
+        outcome = observe(pod, claims)
+        if real and outcome.kind == "done" and outcome.proof is None:
+            outcome = replace(outcome, kind="failed", message=NO_PROOF)
+        events += _apply(part, outcome, backoff_limit, now)
     return events
 
 

@@ -143,7 +143,8 @@ def _advance_all(
     events: list[Event] = []
     for part in parts:
         attempts = by_part.get(part.index, {})
-        events += advance(part, attempts, claims, spec.backoff_limit_per_partition, stamp)
+        events += advance(part, attempts, claims, spec.backoff_limit_per_partition, stamp,
+                          real=spec.filecoin is not None)
         if part.state in STARTED_STATES and part.attempt not in attempts:
             # Seen running before, gone now without an outcome: its end was never observed.
             events += part.follow(after_disruption(part.index, part.attempt, VANISHED), stamp)

@@ -8,6 +8,7 @@ Bad inputs fail their partition at once with the prover's one-line reason."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -35,6 +36,8 @@ from tests.integration.status.server import StatusServer, running
 pytestmark = pytest.mark.e2e_worker
 
 MINER = 1000
+# Set to 1 to run the PoRep C2 and SnapDeals proofs too (minutes each).
+SLOW_PROOFS = "KUZK_SLOW_PROOFS"
 RANDOMNESS = "0x" + "5a" * 32
 PROOF_BYTES = 192  # one Groth16 proof
 
@@ -68,7 +71,8 @@ def real_operator(run_operator: Callable[..., Any], tools: filecoin.Tools) -> No
 
 
 def real_job(name: str, kind: str, sectors: list[dict[str, Any]], claim: str,
-             size: str = "2KiB", randomness: str = RANDOMNESS) -> dict[str, Any]:
+             size: str = "2KiB", randomness: str | None = RANDOMNESS) -> dict[str, Any]:
+    """A real ProofJob; ``randomness`` None leaves it out (a porep-c2's or snap-update's)."""
     return {
         "apiVersion": api.API_VERSION,
         "kind": api.PROOFJOB_KIND,
@@ -76,7 +80,7 @@ def real_job(name: str, kind: str, sectors: list[dict[str, Any]], claim: str,
         "spec": {
             "proofKind": kind,
             "sector": {"miner": MINER, "number": sectors[0]["number"]},
-            "randomness": randomness,
+            **({} if randomness is None else {"randomness": randomness}),
             "backoffLimitPerPartition": 0,
             "filecoin": {"sectorSize": size, "volume": {"claimName": claim},
                          "sectors": sectors},
@@ -192,6 +196,27 @@ def test_a_real_winning_post_proves_and_verifies(
                     real_job("winpost", "winning-post", sealed[1], claim), 1, tmp_path)
 
 
+@pytest.mark.skipif(
+    os.environ.get(SLOW_PROOFS) != "1",
+    reason=f"PoRep C2 and SnapDeals at 2 KiB take minutes each, and their parameters 10 to 20"
+           f" more on first use: {SLOW_PROOFS}=1 runs them")
+@pytest.mark.parametrize("kind", ["porep-c2", "snap-update"])
+def test_a_real_porep_c2_and_snap_update_prove_and_verify(
+        cluster: Cluster, namespace: str, nodes: Any, run_operator: Callable[..., Any],
+        sealed: tuple[Path, list[dict[str, Any]]], claim: str, tmp_path: Path,
+        kind: str) -> None:
+    tools = filecoin.build(kinds=[kind])
+    run_operator("--filecoin-prover-command", json.dumps(tools.command()),
+                 "--filecoin-parameters-host-path", str(tools.params))
+    kubelet = nodes(1, gpus=1)
+    if kind == "porep-c2":
+        sectors = filecoin.seal(tools, sealed[0], miner=MINER, first=1, count=1, kind=kind)
+    else:
+        sectors = filecoin.update(tools, sealed[0], miner=MINER, first=1, count=1)
+    prove_and_check(cluster, namespace, kubelet, tools,
+                    real_job(kind, kind, sectors, claim, randomness=None), 1, tmp_path)
+
+
 def _failed_message(cluster: Cluster, namespace: str, name: str) -> str:
     job = wait_job(cluster, namespace, name, "Failed", timeout=180)
     (part,) = job["status"]["partitions"]
@@ -236,8 +261,10 @@ def test_bad_real_inputs_fail_at_once_with_the_provers_reason(
         "replica": real_job("bad", "window-post", [{**first, "replica": "../../etc"}], claim),
         "partitions": {**(job := real_job("bad", "window-post", [first], claim)),
                        "spec": {**job["spec"], "partitions": 3}},
-        "real proofs are window-post and winning-post": real_job("bad", "porep-c2", [first],
-                                                                 claim),
+        "a porep-c2 sector has number, commR, commD, ticket, seed, c1Output and nothing else":
+            real_job("bad", "porep-c2", [first], claim, randomness=None),
+        "a real porep-c2 or snap-update proves one sector with its own randomness":
+            real_job("bad", "snap-update", [first], claim),
     }
     for field, manifest in refusals.items():
         refused = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False,

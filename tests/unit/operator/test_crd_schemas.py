@@ -131,9 +131,20 @@ def test_proofjob_spec_rules():
         " || (has(self.partitions) && self.partitions == oldSelf.partitions)",
     ]
     assert rules[".filecoin"] == [
-        "!has(self.filecoin) || self.proofKind in ['window-post', 'winning-post']"]
-    assert rules[".randomness"][0] == "!has(self.filecoin) || has(self.randomness)"
-    assert set(rules) == {".partitions", ".circuitLog2", ".randomness", ".filecoin"}
+        "!has(self.filecoin)"
+        " || self.proofKind in ['window-post', 'winning-post', 'porep-c2', 'snap-update']",
+        "!has(self.filecoin) || self.proofKind in ['window-post', 'winning-post']"
+        " || (!has(self.randomness) && size(self.filecoin.sectors) == 1)",
+    ]
+    assert rules[".randomness"][0] == (
+        "!has(self.filecoin) || !(self.proofKind in ['window-post', 'winning-post'])"
+        " || has(self.randomness)")
+    porep = next(r for r in rules[".filecoin.sectors"] if "'porep-c2'" in r)
+    assert "has(s.commD) && has(s.ticket) && has(s.seed) && has(s.c1Output)" in porep
+    assert "!has(s.replica)" in porep
+    assert len(rules[".filecoin.sectors"]) == 4
+    assert set(rules) == {".partitions", ".circuitLog2", ".randomness", ".filecoin",
+                          ".filecoin.sectors"}
 
 
 def test_status_enums_follow_the_code():
