@@ -58,7 +58,7 @@ if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the pac
 from kuzk.contract import api, lane_model, workerstatus  # noqa: E402
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE  # noqa: E402
 from kuzk.contract.listwatch import KubeClient  # noqa: E402
-from kuzk.status.aggregate import Filters  # noqa: E402
+from kuzk.status.query import Query  # noqa: E402
 from kuzk.status.view import StatusView  # noqa: E402
 from kuzk.status.watches import targets  # noqa: E402
 from testenv.cluster import Cluster, install_kuzk  # noqa: E402
@@ -216,7 +216,7 @@ def serve_naive(port: int, kubeconfig: str) -> None:
                 for t in chosen))
             for target, listing in zip(chosen, listings, strict=True):
                 view.listed(target.name, listing.get("items") or [])
-            body = (await view.document(Filters())).body
+            body = (await view.answer(Query())).body
         return web.Response(body=body, content_type="application/json")
 
     async def readyz(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,15 +118,18 @@ def shown_state(state: str, lane: tuple[workerstatus.Worker, lane_model.Lane] | 
     return COMMITTING if state == GPU else state
 
 
-def pipeline(job: Job, snap: Snapshot, now: float,
-             lanes: Mapping[LaneKey, tuple[workerstatus.Worker, lane_model.Lane]]
-             ) -> document.Pipeline:
+def pipeline(job: Job, lanes: Mapping[LaneKey, tuple[workerstatus.Worker, lane_model.Lane]],
+             pods: Mapping[PodKey, Pod], since: Sequence[float | None],
+             age: Callable[[float], Any]) -> document.Pipeline:
+    """A job's line. ``since``: when each partition entered its state (``History``), by
+    position; ``age`` turns a moment into its time field (``seconds_before(now)``, or the
+    placeholder ``fragments`` fills in at each render)."""
     label = api.job_label_value(job.name)
     parts: list[document.Partition] = []
-    for p in job.partitions:
+    for p, entered in zip(job.partitions, since, strict=True):
         state = shown_state(p.state, lanes.get((job.namespace, job.name, p.index, p.attempt)))
         reason, message = p.reason, p.message
-        pod = snap.pods.get(pod_key(job.namespace, label, p.index, p.attempt))
+        pod = pods.get(pod_key(job.namespace, label, p.index, p.attempt))
         if state == PENDING and pod is not None and pod.unschedulable:
             reason, _, message = pod.unschedulable.partition(": ")
         if state == DONE:
@@ -139,8 +142,8 @@ def pipeline(job: Job, snap: Snapshot, now: float,
             "worker": p.worker,
             "synth_ms": p.synth_ms,
             "gpu_ms": p.gpu_ms,
-            "stage_secs": None if p.state in TERMINAL_STATES
-            else _opt(snap.history.partition_secs(job, p.index, now)),
+            "stage_secs": None if p.state in TERMINAL_STATES or entered is None
+            else age(entered),
             "reason": reason,
             "message": message,
         })
@@ -151,9 +154,8 @@ def pipeline(job: Job, snap: Snapshot, now: float,
         "uid": job.uid,
         "proof_kind": job.proof_kind,
         "phase": job.phase,
-        "started_secs_ago": None if job.start_time is None else _secs(now - job.start_time),
-        "finished_secs_ago": None if job.completion_time is None
-        else _secs(now - job.completion_time),
+        "started_secs_ago": None if job.start_time is None else age(job.start_time),
+        "finished_secs_ago": None if job.completion_time is None else age(job.completion_time),
         "total_partitions": len(job.partitions),
         "partitions_done": sum(p.state == DONE for p in job.partitions),
         "partitions_failed": sum(p.state == FAILED for p in job.partitions),
@@ -162,8 +164,14 @@ def pipeline(job: Job, snap: Snapshot, now: float,
     }
 
 
-def _opt(value: float | None) -> float | None:
-    return None if value is None else _secs(value)
+def seconds_before(now: float) -> Callable[[float], float]:
+    """A moment's time field as of ``now``: seconds since it, never negative."""
+    return lambda moment: _secs(now - moment)
+
+
+def queued(job: Job) -> int:
+    """The job's partitions waiting for a GPU: pending and scheduled."""
+    return sum(p.state in QUEUED_STATES for p in job.partitions)
 
 
 def _lane_row(lane: lane_model.Lane, now: float) -> document.Lane:
@@ -320,13 +328,13 @@ def fleet(snap: Snapshot, gpu_rows: list[document.GpuWorker], now: float) -> doc
     }
 
 
-def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> document.Counters:
+def counters(counts: Tally, queue_depth: int, filters: Filters) -> document.Counters:
     completed: Counter[str] = Counter()
     failed: Counter[str] = Counter()
-    for (namespace, kind), n in snap.counts.completed.items():
+    for (namespace, kind), n in counts.completed.items():
         if filters.admits(namespace, kind):
             completed[kind] += n
-    for (namespace, kind), n in snap.counts.failed.items():
+    for (namespace, kind), n in counts.failed.items():
         if filters.admits(namespace, kind):
             failed[kind] += n
     kinds = sorted(set(api.PROOF_KINDS) | set(completed) | set(failed))
@@ -335,27 +343,43 @@ def counters(snap: Snapshot, jobs: list[Job], filters: Filters) -> document.Coun
         "total_failed": sum(failed.values()),
         "completed_by_kind": {kind: completed[kind] for kind in kinds},
         "failed_by_kind": {kind: failed[kind] for kind in kinds},
-        "queue_depth": sum(p.state in QUEUED_STATES for j in jobs for p in j.partitions),
-        "stale_writes_rejected": snap.counts.stale_writes_rejected,
+        "queue_depth": queue_depth,
+        "stale_writes_rejected": counts.stale_writes_rejected,
     }
 
 
-def render(snap: Snapshot, *, now: float, sync: Sync, keep_finished: float,
-           filters: Filters = Filters()) -> document.StatusDocument:
-    """The ``/status`` document (README.md, "The status endpoint"; ``document`` types it)."""
-    admitted = sorted((j for j in snap.jobs if filters.admits(j.namespace, j.proof_kind)),
-                      key=job_order)
+def summary(snap: Snapshot, now: float, sync: Sync) -> dict[str, Any]:
+    """The document's fields that no filter or page changes, by name."""
     gpu_rows = workers(snap, now)
-    lanes = lane_index(snap.worker_nodes)
     return {
         "uptime_secs": _secs(now - snap.history.started),
         "generated_at": round(now, 3),
         "view": {"synced": sync.synced, "age_secs": _secs(sync.age_secs),
                  "watch_restarts": sync.watch_restarts},
         "fleet": fleet(snap, gpu_rows, now),
-        "pipelines": [pipeline(j, snap, now, lanes) for j in admitted
-                      if is_shown(j, now, keep_finished)],
         "gpu_workers": gpu_rows,
         "nodes": nodes(snap),
-        "counters": counters(snap, admitted, filters),
+    }
+
+
+def render(snap: Snapshot, *, now: float, sync: Sync, keep_finished: float,
+           filters: Filters = Filters()) -> document.StatusDocument:
+    """The whole ``/status`` document (README.md, "The status endpoint"; ``document`` types
+    it): the reference the served one (``fragments``) is assembled to equal."""
+    admitted = sorted((j for j in snap.jobs if filters.admits(j.namespace, j.proof_kind)),
+                      key=job_order)
+    lanes = lane_index(snap.worker_nodes)
+    age = seconds_before(now)
+    parts = summary(snap, now, sync)
+    return {
+        "uptime_secs": parts["uptime_secs"],
+        "generated_at": parts["generated_at"],
+        "view": parts["view"],
+        "fleet": parts["fleet"],
+        "pipelines": [pipeline(j, lanes, snap.pods, snap.history.since(j), age)
+                      for j in admitted if is_shown(j, now, keep_finished)],
+        "gpu_workers": parts["gpu_workers"],
+        "nodes": parts["nodes"],
+        "counters": counters(snap.counts, sum(queued(j) for j in admitted), filters),
+        "metadata": {"continue": None, "remaining_item_count": 0},
     }

@@ -3,7 +3,7 @@
 ``make_app`` builds the aiohttp application around a view; given a Kubernetes configuration it
 also starts the watches that keep the view current (through ``cleanup_ctx``). No request calls
 the API server: each reads the view, and ``/status`` answers from the document cached for the
-current revision (304 when the client already has it).
+current moment (304 when the client already has it).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from aiohttp.http_exceptions import LineTooLong
 from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from kuzk.contract import api
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.listwatch import KubeClient
-from kuzk.status import metrics
-from kuzk.status.aggregate import Filters
+from kuzk.status import metrics, query
 from kuzk.status.view import StatusView
 from kuzk.status.watches import Watches
 
@@ -114,29 +112,6 @@ class Runner(web.AppRunner):
                        **made._kwargs)
 
 
-class BadParameter(ValueError):
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
-
-
-def filters(request: web.Request) -> Filters:
-    """``?namespace=`` and ``?kind=``, checked; anything else is refused by name."""
-    values: dict[str, str] = {}
-    for name, value in request.query.items():
-        if name not in ("namespace", "kind"):
-            raise BadParameter(name, f"unknown parameter {name!r}; use namespace or kind")
-        if name in values:
-            raise BadParameter(name, f"parameter {name!r} given more than once")
-        values[name] = value
-    namespace, kind = values.get("namespace"), values.get("kind")
-    if namespace is not None and not api.is_dns_label(namespace):
-        raise BadParameter("namespace", f"namespace must be a DNS label, got {namespace!r}")
-    if kind is not None and kind not in api.PROOF_KINDS:
-        raise BadParameter("kind", f"kind must be one of {sorted(api.PROOF_KINDS)}, got {kind!r}")
-    return Filters(namespace=namespace, kind=kind)
-
-
 def _matches(header: str, etag: str) -> bool:
     tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
     return "*" in tags or etag in tags
@@ -144,17 +119,23 @@ def _matches(header: str, etag: str) -> bool:
 
 async def status(request: web.Request) -> web.StreamResponse:
     try:
-        chosen = filters(request)
-    except BadParameter as bad:
+        asked = query.parse(list(request.query.items()))
+        answer = await request.app[VIEW].answer(asked)
+    except query.BadParameter as bad:
         return _error(400, str(bad), parameter=bad.name)
-    rendered = await request.app[VIEW].document(chosen)
-    headers = {"ETag": rendered.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
-    if _matches(request.headers.get("If-None-Match", ""), rendered.etag):
+    except query.Expired as expired:
+        # As the API server answers a continue token whose snapshot is gone.
+        return _error(410, "the listing changed since this continue token was issued: start "
+                           "again without continue, or go on with this answer's continue "
+                           "(pipelines that joined or left meanwhile may be missed)",
+                      reason="Expired", parameter="continue", **{"continue": expired.token})
+    headers = {"ETag": answer.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    if _matches(request.headers.get("If-None-Match", ""), answer.etag):
         return web.Response(status=304, headers=headers)
-    body = rendered.body
+    body = answer.body
     if "gzip" in request.headers.get("Accept-Encoding", ""):
         headers["Content-Encoding"] = "gzip"
-        body = rendered.gzipped
+        body = answer.gzipped
     return web.Response(body=body, content_type="application/json", headers=headers)
 
 

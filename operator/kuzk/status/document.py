@@ -232,6 +232,12 @@ class Counters(TypedDict):
     stale_writes_rejected: int
 
 
+# What this answer holds of the listing (``?limit=``, ``?continue=``), as a Kubernetes list's
+# metadata: ``continue``, a token for the next page of pipelines, null on the last page (a
+# keyword in Python, hence this form); ``remaining_item_count``, the pipelines after this page.
+ListMeta = TypedDict("ListMeta", {"continue": str | None, "remaining_item_count": int})
+
+
 class StatusDocument(TypedDict):
     # seconds since the server started
     uptime_secs: float
@@ -249,6 +255,8 @@ class StatusDocument(TypedDict):
     nodes: list[Node]
     # what finished (the ledger's rule)
     counters: Counters
+    # the page: a token for the next one, and how many pipelines follow
+    metadata: ListMeta
 
 
 def fields(model: Any = StatusDocument, prefix: str = "") -> list[str]:

@@ -113,13 +113,14 @@ class History:
         self.workers: dict[tuple[str, str], WorkerTrack] = {}
         self.partition_since: dict[tuple[str, int], tuple[str, int, float]] = {}
 
-    def copy(self) -> History:
+    def copy(self, *, partitions: bool = True) -> History:
         """What the aggregation reads, copied, so it can render in another thread while the
-        watches go on feeding this one."""
+        watches go on feeding this one; the GPUs' alone without ``partitions``."""
         twin = History(self.started)
         twin.workers = {k: replace(t, intervals=deque(t.intervals))
                         for k, t in self.workers.items()}
-        twin.partition_since = dict(self.partition_since)
+        if partitions:
+            twin.partition_since = dict(self.partition_since)
         return twin
 
     def window_start(self, now: float) -> float:
@@ -167,6 +168,9 @@ class History:
         for w in node.workers:
             self.workers.pop((node.node, w.id), None)
 
-    def partition_secs(self, job: Job, index: int, now: float) -> float | None:
-        entry = self.partition_since.get((job.uid, index))
-        return None if entry is None else max(0.0, now - entry[2])
+    def since(self, job: Job) -> tuple[float | None, ...]:
+        """When each of the job's partitions entered its state, by position; None where the
+        watch has not seen it."""
+        entries = self.partition_since
+        return tuple(None if (entry := entries.get((job.uid, p.index))) is None else entry[2]
+                     for p in job.partitions)

@@ -1,56 +1,52 @@
-"""The in-memory view: the current objects, what the watches have seen, and the cached document.
+"""The in-memory view: the current objects, what the watches have seen, and the answers.
 
 The watches call ``listed`` after each full list and ``event`` for each watch event; requests
-only call ``document``. Every change that shows on the screen bumps ``revision``; the rendered
-body (and its gzip) is cached per revision and filter, so any number of pollers cost one
-serialization per change, and the ETag names the render, so ``If-None-Match`` costs nothing.
-An unchanged view is rendered again every ``refresh`` seconds, so its times move on and jobs
-past ``--keep-finished`` leave even when nothing else happens.
-Rendering a thousand jobs takes a noticeable fraction of a second, so it runs in a thread on
-a copy of the view, and while it runs requests get the previous document if that is less
-than ``max_stale`` old: a change delays nobody, and renders happen at most once per render
-time however fast the objects change.
+only call ``answer``. Every change that shows on the screen bumps ``revision``. Answers come
+from a ``fragments.Moment``: the view as of one instant, made in a thread from a copy of what
+changed (each job's line is serialized once per change of what it shows, and kept), at most
+one at a time, and again when the revision moved on or ``refresh`` seconds passed, so times
+move on and jobs past ``--keep-finished`` leave even when nothing else happens. While a new
+moment is made, requests get the last one if only time moved on or it is younger than
+``max_stale``: a change delays nobody. Each query's answer (its body and gzip) is assembled
+once per moment and cached, within ``CACHE_BYTES``; its ETag names it, so ``If-None-Match``
+costs nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gzip
-import json
 import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kuzk.contract import ledger
+from kuzk.contract import api, ledger
 from kuzk.contract.api import PENDING, PHASE_SUSPENDED, SCHEDULED
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.gputime import GPU_TIME_MODES
 from kuzk.contract.ledger import GpuKey, Ledger, Tally
-from kuzk.status import objects
-from kuzk.status.aggregate import Filters, PodKey, Snapshot, Sync, pod_key, render
-from kuzk.status.document import StatusDocument
+from kuzk.status import fragments, objects
+from kuzk.status.aggregate import LaneKey, PodKey, Snapshot, Sync, lane_index, pod_key
+from kuzk.status.answers import Answer, Answers, Preparation
+from kuzk.status.fragments import Inputs, Signature, Template
 from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import Job, Node, Pod, WorkerNode
+from kuzk.status.query import Query
 
 PROOFJOBS, WORKERSTATUSES, PODS, NODES = "proofjobs", "workerstatuses", "pods", "nodes"
 LEDGER = "ledger"
 RESOURCES = (PROOFJOBS, WORKERSTATUSES, PODS, NODES, LEDGER)
-CACHE_ENTRIES = 64
 MAX_STALE_S = 1.0
 REFRESH_S = 15.0
-GZIP_LEVEL = 5
 # How far behind now a GPU's open mode is counted. A write closes a mode at its writer's
 # moment and the watch brings it a moment later; a GPU counted up to now would then have
 # shown more than its object ever stores, and a restarted server (which cannot know what this
 # one showed) would show less: a counter reset to Prometheus. Writes land well within this.
 OPEN_MODE_LAG_S = 5.0
 log = logging.getLogger("kuzk.status.view")
-SEPARATORS = (",", ":")
 
 
 @dataclass
@@ -62,35 +58,6 @@ class WatchState:
     connected: bool = False
     lost_at: float | None = None
     restarts: int = 0
-
-
-@dataclass(frozen=True)
-class Rendered:
-    etag: str
-    body: bytes
-    gzipped: bytes
-    revision: int
-    made_at: float
-
-
-def _serialize(snap: Snapshot, now: float, sync: Sync, keep_finished: float,
-               filters: Filters) -> tuple[bytes, bytes]:
-    doc = render(snap, now=now, sync=sync, keep_finished=keep_finished, filters=filters)
-    body = "".join(_encode(doc)).encode()
-    return body, gzip.compress(body, GZIP_LEVEL)
-
-
-def _encode(doc: StatusDocument) -> Iterator[str]:
-    """JSON text in small pieces: one ``json.dumps`` of a thousand jobs holds the GIL for a
-    fifth of a second, and the event loop serving requests would wait that long."""
-    yield "{"
-    for i, (key, value) in enumerate(doc.items()):
-        yield ("," if i else "") + json.dumps(key) + ":"
-        if isinstance(value, list):
-            yield "[" + ",".join(json.dumps(item, separators=SEPARATORS) for item in value) + "]"
-        else:
-            yield json.dumps(value, separators=SEPARATORS)
-    yield "}"
 
 
 @dataclass
@@ -116,9 +83,7 @@ class StatusView:
         self.tallies: dict[str, Tally] = {}  # job key -> what the job counts
         self.watches: dict[str, WatchState] = {}
         self.instance = secrets.token_hex(4)
-        self._cache: dict[Filters, Rendered] = {}
-        self._rendering: dict[Filters, asyncio.Task[Rendered]] = {}
-        self._renders = 0
+        self.answers = Answers(self)
         # What could run on a GPU without lanes, kept per job so an event costs one job.
         self._waiting: dict[str, tuple[bool, frozenset[tuple[str, Bound]]]] = {}
         self._pending_jobs = 0
@@ -260,37 +225,46 @@ class StatusView:
                         list(self.nodes.values()), dict(self.pods_by_key),
                         self.history.copy(), self.counts(), self.gpu_seconds(now))
 
-    async def document(self, filters: Filters) -> Rendered:
-        """The document for ``filters``: the cached one while it is current (same revision,
-        rendered less than ``refresh`` ago); while a fresh one renders, the cached one if only
-        time moved on or it is younger than ``max_stale`` (so no request waits for a render it
-        need not wait for); else the fresh one."""
-        now = self.clock()
-        cached = self._cache.get(filters)
-        current = cached is not None and cached.revision == self.revision
-        if cached is not None and current and now - cached.made_at < self.refresh:
-            return cached
-        task = self._rendering.get(filters)
-        if task is None:
-            task = asyncio.create_task(self._render(filters), name=f"render {filters}")
-            self._rendering[filters] = task
-            task.add_done_callback(lambda _: self._rendering.pop(filters, None))
-        if cached is not None and (current or now - cached.made_at < self.max_stale):
-            return cached
-        return await asyncio.shield(task)
+    async def answer(self, q: Query) -> Answer:
+        """The answer to ``q`` (``answers.Answers.answer``)."""
+        return await self.answers.answer(q)
 
-    async def _render(self, filters: Filters) -> Rendered:
-        revision, now = self.revision, self.clock()
-        snap, sync = self.snapshot(), self.sync(now)
-        body, gzipped = await asyncio.to_thread(_serialize, snap, now, sync,
-                                                self.keep_finished, filters)
-        self._renders += 1
-        tag = f'"{self.instance}.{self._renders}"'
-        rendered = Rendered(tag, body, gzipped, revision, now)
-        if filters not in self._cache and len(self._cache) >= CACHE_ENTRIES:
-            self._cache.pop(next(iter(self._cache)))
-        self._cache[filters] = rendered
-        return rendered
+    def prepare(self, templates: Mapping[str, Template]) -> Preparation:
+        """What a new moment is made of, as of now: the fields besides ``pipelines``, and each
+        job's template where it still holds or what it is made again of."""
+        now = self.clock()
+        snap = self._summary_snapshot(now)
+        return Preparation(self.revision, now, snap, self.sync(now),
+                           *self._changed_jobs(snap, templates))
+
+    def _summary_snapshot(self, now: float) -> Snapshot:
+        """What the fields besides ``pipelines`` are made of (no jobs; the GPUs' history)."""
+        self.settle(now)
+        return Snapshot((), list(self.worker_nodes.values()), list(self.nodes.values()),
+                        dict(self.pods_by_key), self.history.copy(partitions=False),
+                        self.counts(), self.gpu_seconds(now))
+
+    def _changed_jobs(self, snap: Snapshot, templates: Mapping[str, Template]
+                      ) -> tuple[dict[str, Template],
+                                                     dict[str, tuple[Job, Inputs, Signature]]]:
+        """Each job's template where it still holds, and what the others' are made of."""
+        lanes, pods = fragments.inputs_by_job(lane_index(snap.worker_nodes), snap.pods)
+        kept: dict[str, Template] = {}
+        stale: dict[str, tuple[Job, Inputs, Signature]] = {}
+        no_lanes: dict[LaneKey, fragments.LaneEntry] = {}
+        no_pods: dict[PodKey, Pod] = {}
+        for k, job in self.jobs.items():
+            job_lanes = lanes.get((job.namespace, job.name), no_lanes)
+            job_pods = pods.get((job.namespace, api.job_label_value(job.name)), no_pods) \
+                if pods else no_pods
+            made_of = fragments.signature(job_lanes, job_pods) if job_lanes or job_pods \
+                else fragments.NOTHING
+            held = templates.get(k)
+            if held is not None and held.job is job and held.signature == made_of:
+                kept[k] = held
+            else:
+                stale[k] = (job, Inputs(job_lanes, job_pods, self.history.since(job)), made_of)
+        return kept, stale
 
     # --- the stores ----------------------------------------------------------------------
     def _store(self, resource: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from kuzk.contract import workerstatus as ws
 from kuzk.contract.lane_model import Memory
 from kuzk.status import document
 from kuzk.status.aggregate import Filters, render
+from kuzk.status.query import Query
 from kuzk.status.view import StatusView
 from tests.unit.status import builders as b
 from tests.unit.status.conftest import Clock, Feed
@@ -86,11 +87,16 @@ def values(node: Any, path: str) -> list[Any]:
     return found
 
 
-def test_a_rendered_document_is_the_model(feed: Feed, view: StatusView, clock: Clock) -> None:
+async def test_a_rendered_document_is_the_model(feed: Feed, view: StatusView,
+                                                clock: Clock) -> None:
     d = rich(feed, view, clock)
     assert document.validate(d) == []
+    # A first page of one job: its metadata names the next page.
+    paged = json.loads((await view.answer(Query(limit=1))).body)
+    assert document.validate(paged) == []
     empty = [path for path in document.fields()
-             if all(v is None or v == [] for v in values(d, path.removesuffix("[]")))]
+             if all(v is None or v == [] for doc in (d, paged)
+                    for v in values(doc, path.removesuffix("[]")))]
     assert empty == [], "the fixture shows these fields only null or empty: make it richer"
 
 

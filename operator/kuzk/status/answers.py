@@ -1,0 +1,171 @@
+"""The answers of one view: its moments, made one at a time, and each query's answer per moment.
+
+A moment (``fragments.Moment``) is made in a thread from what the view prepares on the event
+loop (``Source.prepare``: the fields besides ``pipelines``, and only the jobs whose line
+changed), when the revision moved on or ``refresh`` seconds passed. While one is made,
+requests get the last one if only time moved on or it is younger than ``max_stale``, so a
+change delays nobody. Each query's answer (its body and gzip, assembled in a thread) is made
+once per moment, and the answers of the current moment are kept within ``CACHE_BYTES``; the
+ETag names an answer, so ``If-None-Match`` costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from kuzk.status import fragments
+from kuzk.status.aggregate import Snapshot, Sync
+from kuzk.status.fragments import Inputs, Moment, Signature, Template
+from kuzk.status.objects import Job
+from kuzk.status.query import Expired, Query
+
+# Answers kept (bodies and their gzip together): the whole document of ten thousand jobs is
+# about 27 MB, a page of a hundred jobs a quarter of a MB.
+CACHE_BYTES = 64 * 1024 * 1024
+GZIP_LEVEL = 6
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """What a moment is made of (``fragments.moment``'s arguments)."""
+
+    revision: int
+    now: float
+    snap: Snapshot
+    sync: Sync
+    kept: dict[str, Template]
+    stale: dict[str, tuple[Job, Inputs, Signature]]
+
+
+class Source(Protocol):
+    """The view, as its answers read it."""
+
+    revision: int
+    keep_finished: float
+    max_stale: float
+    refresh: float
+    instance: str
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def prepare(self, templates: Mapping[str, Template]) -> Preparation: ...
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A query's answer as of one moment (``serial``)."""
+
+    etag: str
+    body: bytes
+    gzipped: bytes
+    serial: int
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + len(self.gzipped)
+
+
+Made = tuple[bytes, bytes]  # an answer's body and its gzip
+
+
+def _assemble(m: Moment, q: Query) -> Made:
+    body = fragments.assemble(m, q)
+    return body, gzip.compress(body, GZIP_LEVEL)
+
+
+def _next(p: Preparation, serial: int, keep_finished: float,
+          asked: list[Query]) -> tuple[Moment, list[tuple[Query, Made]]]:
+    """A new moment and its answers to ``asked`` (those that still hold: a page of a listing
+    that changed is left to its next request, which learns it expired)."""
+    m = fragments.moment(serial, p.revision, p.now, keep_finished, p.snap, p.sync, p.kept,
+                         p.stale)
+    made = []
+    for q in asked:
+        try:
+            made.append((q, _assemble(m, q)))
+        except Expired:
+            continue
+    return m, made
+
+
+class Answers:
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.moment: Moment | None = None
+        self._making: asyncio.Task[Moment] | None = None
+        self._kept: OrderedDict[Query, Answer] = OrderedDict()
+        self._asked: set[Query] = set()  # the kept answers served in this moment
+        self._assembling: dict[tuple[Query, int], asyncio.Task[Made]] = {}
+        self._made = 0
+
+    async def answer(self, q: Query) -> Answer:
+        """The answer to ``q``, from the current moment (``moment_now``), assembled once per
+        moment. Raises ``query.Expired`` for a ``continue`` token of another listing."""
+        m = await self.moment_now()
+        cached = self._kept.get(q)
+        if cached is None or cached.serial != m.serial:
+            task = self._assembling.get((q, m.serial))
+            if task is None:
+                task = asyncio.create_task(asyncio.to_thread(_assemble, m, q),
+                                           name=f"answer {q}")
+                self._assembling[(q, m.serial)] = task
+                task.add_done_callback(lambda _: self._assembling.pop((q, m.serial), None))
+            made = await asyncio.shield(task)
+            cached = self._kept.get(q)
+            if cached is None or cached.serial != m.serial:
+                cached = self._keep(q, m.serial, made)
+        if q in self._kept:
+            self._kept.move_to_end(q)
+            self._asked.add(q)
+        return cached
+
+    def _keep(self, q: Query, serial: int, made: Made) -> Answer:
+        """The answer, kept while its moment is the current one, within CACHE_BYTES."""
+        self._made += 1
+        answer = Answer(f'"{self.source.instance}.{serial}.{self._made}"', *made, serial)
+        if self.moment is None or self.moment.serial != serial:
+            return answer
+        self._kept[q] = answer
+        total = sum(a.size for a in self._kept.values())
+        while total > CACHE_BYTES and len(self._kept) > 1:
+            total -= self._kept.popitem(last=False)[1].size
+        return answer
+
+    async def moment_now(self) -> Moment:
+        """The current moment while it is current (same revision, made less than ``refresh``
+        ago); while a new one is made, the last one if only time moved on or it is younger
+        than ``max_stale``; else the new one."""
+        view, last = self.source, self.moment
+        now = view.clock()
+        current = last is not None and last.revision == view.revision
+        if last is not None and current and now - last.now < view.refresh:
+            return last
+        if self._making is None:
+            self._making = asyncio.create_task(self._make(), name="status moment")
+        if last is not None and (current or now - last.now < view.max_stale):
+            return last
+        return await asyncio.shield(self._making)
+
+    async def _make(self) -> Moment:
+        """A new moment, with the answers asked of the last one made again beforehand, so
+        their pollers find them ready."""
+        try:
+            last = self.moment
+            p = self.source.prepare(last.templates if last else {})
+            asked = [q for q in self._kept if q in self._asked]
+            made, answers = await asyncio.to_thread(
+                _next, p, (last.serial if last else 0) + 1, self.source.keep_finished, asked)
+        finally:
+            self._making = None
+        self.moment = made
+        self._kept.clear()
+        self._asked.clear()
+        for q, answer in answers:
+            self._keep(q, made.serial, answer)
+        return made
