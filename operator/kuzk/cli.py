@@ -26,7 +26,7 @@ from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.kubeconfig import load_config
 from kuzk.operator import uninstall
 from kuzk.operator.peering import Peering, PeeringError, ensure_peering
-from kuzk.operator.pods import PodSettings
+from kuzk.operator.pods import HTTP_PROBES, PROBE_KINDS, PodSettings
 
 
 def _command(text: str) -> list[str]:
@@ -113,6 +113,14 @@ def _parser() -> argparse.ArgumentParser:
         help="node directory with filecoin-proofs' Groth16 parameters, mounted read-only into"
         f" real proofs' pods (default {filecoin.PARAMETERS_HOST_PATH}); a ProofJob cannot"
         " choose one",
+    )
+    op.add_argument(
+        "--prover-probes",
+        choices=PROBE_KINDS,
+        default=HTTP_PROBES,
+        help="how partition pods are probed: http (the prover, or the lane agent, answers on"
+        " the pod's address; the default) or exec (kuzk-alive started for each probe, for a"
+        " prover image that can answer neither way: a process per probe)",
     )
     op.add_argument(
         "--gpu-resource",
@@ -331,6 +339,7 @@ def run_operator(args: argparse.Namespace) -> int:
                 image_pull_secrets=tuple(dict.fromkeys(args.prover_image_pull_secret)),
                 filecoin_command=tuple(args.filecoin_prover_command),
                 filecoin_parameters_host_path=args.filecoin_parameters_host_path,
+                probes=args.prover_probes,
             ),
             peering,
             args.ledger,

@@ -1,16 +1,19 @@
 """The prover's sign of life, for its pod's probes, so that no write to the API server says
 that a prover is alive.
 
-A thread of the prover touches a file every ``PULSE_S`` seconds (``Pulse``); ``kuzk-alive``
-(``main``), the command the partition pod's readiness and liveness probes run (exec, no
-shell, ``kuzk.operator.pods``), fails when the file is missing or older than the limit it is given.
-A prover that stops (SIGSTOP, a debugger) or hangs with the interpreter held stops touching
-it: its pod turns not ready first (the screen shows its GPU idle as "lane not live"), then
-its liveness probe has the kubelet kill it, the pod fails, and the operator's finalizer
-release frees the GPU phase it held. The file is in the container's temporary directory
-(``TMPDIR``, else ``/tmp``: the partition pod mounts an emptyDir there, its root filesystem
-being read-only). This module imports only the standard library and ``kuzk.contract.pod``
-(which imports only the standard library): a probe starts quickly.
+A thread of the prover beats every ``PULSE_S`` seconds (``Pulse``): it notes the time and
+touches a file. The partition pod's readiness and liveness probes ask the prover over HTTP
+(``kuzk_prover.probes``, in the same process: the kubelet starts nothing for them), which
+answers from the time of the last beat. ``kuzk-alive`` (``main``) reads the file instead: the
+exec probe of a prover image that cannot answer over HTTP, a process started per probe (about
+40 ms of CPU each), the costlier fallback. A prover that stops (SIGSTOP, a debugger) or hangs
+with the interpreter held stops beating and answering: its pod turns not ready first (the
+screen shows its GPU idle as "lane not live"), then its liveness probe has the kubelet kill
+it, the pod fails, and the operator's finalizer release frees the GPU phase it held. The file
+is in the container's temporary directory (``TMPDIR``, else ``/tmp``: the partition pod mounts
+an emptyDir there, its root filesystem being read-only). This module imports only the
+standard library and ``kuzk.contract.pod`` (which imports only the standard library): a probe
+starts quickly.
 """
 
 from __future__ import annotations
@@ -36,14 +39,16 @@ def alive_file() -> Path:
 
 
 class Pulse:
-    """Touches ``path`` every ``every`` seconds from a daemon thread, from ``start`` until
-    ``stop`` (which removes the file), each time ``beating`` says so (by default always: the
-    process that keeps the pulse is the prover). A context manager."""
+    """Beats every ``every`` seconds from a daemon thread, from ``start`` until ``stop``
+    (which removes the file), each time ``beating`` says so (by default always: the process
+    that keeps the pulse is the prover): notes the time (``age``) and touches ``path``. A
+    context manager."""
 
     def __init__(self, path: Path | None = None, every: float = PULSE_S) -> None:
         self.path = path or alive_file()
         self.every = every
         self.beating: Callable[[], bool] = lambda: True
+        self._beat = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kuzk-pulse", daemon=True)
 
@@ -65,13 +70,18 @@ class Pulse:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
+    def age(self) -> float:
+        """Seconds since the last beat (the monotonic clock: a change of wall time is none)."""
+        return time.monotonic() - self._beat
+
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             if self.beating():
                 self._touch()
 
     def _touch(self) -> None:
-        # A file that cannot be written makes the probes fail, which says what is wrong in
+        self._beat = time.monotonic()
+        # A file that cannot be written makes kuzk-alive fail, which says what is wrong in
         # the pod's events; the proof itself goes on until then.
         with contextlib.suppress(OSError):
             self.path.touch()

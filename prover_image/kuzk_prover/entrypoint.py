@@ -46,6 +46,7 @@ from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable,
 from kuzk_prover.commitment import SelfCheckFailed
 from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
 from kuzk_prover.outage import OUTAGE_BUDGET_S
+from kuzk_prover.probes import Unanswerable, answering
 from kuzk_prover.prover import Result, prove
 from kuzk_prover.reporter import ProverReporter, for_partition_pod
 from kuzk_prover.termination import brief, message_path, one_line, write_message
@@ -214,9 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         who = pod.identity
         logs.set_context(job=f"{who.namespace}/{who.job}", partition=who.partition,
                          pod=who.pod_name or None)
-        # The pod's probes read this pulse: a prover that stops is killed, and its lane freed.
-        with Pulse():
+        # The pod's probes are answered from this pulse: a prover that stops is killed, and
+        # its lane freed.
+        with Pulse() as pulse, answering(pulse, env):
             return _run(pod.proof, env, path, who)
+    except Unanswerable as exc:
+        return _fail(path, FAILED_EXIT_CODE, str(exc))
     except Terminated:
         log.warning("SIGTERM: stopped before finishing; no result written")
         return TERMINATED_EXIT_CODE

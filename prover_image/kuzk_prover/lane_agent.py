@@ -57,6 +57,7 @@ from kuzk_prover.lane_protocol import (
     parse_call,
     refused,
 )
+from kuzk_prover.probes import Unanswerable, answering
 from kuzk_prover.reporter import ProverReporter, for_partition_pod, host_memory_bytes
 from kuzk_prover.termination import MAX_BYTES, brief, message_path, one_line, write_message
 
@@ -243,12 +244,17 @@ def run(command: list[str], *, calls: bool, env: Mapping[str, str] | None = None
         return INVALID_INPUT_EXIT_CODE
     logs.set_context(job=f"{pod.namespace}/{pod.job}", partition=pod.partition,
                      pod=pod.pod_name or None)
-    # The pod's probes read the agent's pulse: an agent that stops is killed, and its lane
-    # freed. Once the prover runs, the pulse stops while the prover is stopped (SIGSTOP, a
-    # debugger), so a stopped prover holding the GPU phase loses it as the built-in one does;
-    # a prover that hangs while running is not seen.
-    with Pulse() as pulse:
-        return _run_on_lane(command, calls, env, path, pod, pulse)
+    # The agent answers the pod's probes from its pulse: an agent that stops is killed, and
+    # its lane freed. Once the prover runs, the pulse stops while the prover is stopped
+    # (SIGSTOP, a debugger), so a stopped prover holding the GPU phase loses it as the
+    # built-in one does; a prover that hangs while running is not seen.
+    try:
+        with Pulse() as pulse, answering(pulse, env):
+            return _run_on_lane(command, calls, env, path, pod, pulse)
+    except Unanswerable as exc:
+        log.error("%s", exc)
+        _write(path, f"{exc}\n")
+        return FAILED_EXIT_CODE
 
 
 def _run_on_lane(command: list[str], calls: bool, env: dict[str, str], path: Path,

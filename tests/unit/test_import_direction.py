@@ -34,7 +34,7 @@ PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "filecoin", "workerstatus",
 # codes and termination message: kuzk.contract.pod); the rest (the proving core) imports
 # nothing of kuzk.
 PROVER_EDGE = ("reporter", "outage", "entrypoint", "lane_agent", "inputs", "lane", "alive",
-               "termination")
+               "probes", "termination")
 # The WorkerStatus write protocol: the status server only reads.
 WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
 

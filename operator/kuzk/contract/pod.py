@@ -39,12 +39,23 @@ POD_NAME_ENV = "POD_NAME"
 POD_UID_ENV = "POD_UID"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 NODE_NAME_ENV = "NODE_NAME"
+# ...and the pod's own address, where the prover answers its probes (``ALIVE_PORT``).
+POD_IP_ENV = "POD_IP"
 ENV_NAMES = (JOB_ENV, JOB_UID_ENV, PROOF_KIND_ENV, PARTITION_ENV, ATTEMPT_ENV, INPUT_ENV,
              LOG_FORMAT_ENV, CUPY_CACHE_DIR_ENV, PARAMETER_CACHE_ENV, POD_NAME_ENV, POD_UID_ENV,
-             POD_NAMESPACE_ENV, NODE_NAME_ENV)
+             POD_NAMESPACE_ENV, NODE_NAME_ENV, POD_IP_ENV)
 """Every variable of the partition pod's env, and nothing else."""
 REAL_PROOF_ENV_NAMES = (PARAMETER_CACHE_ENV,)
 """The variables only a real proof's pods get (``kuzk.contract.filecoin``)."""
+
+# The pod's readiness and liveness probes: an HTTP GET of ALIVE_PATH on the pod's address
+# (POD_IP_ENV) at ALIVE_PORT, with the query ALIVE_WITHIN=<seconds>. The prover (or the lane
+# agent) answers 200 while its pulse is at most that old, 503 once it is older; a prover that
+# is stopped or hung does not answer at all. The port is below the kernel's ephemeral range,
+# so that no client's socket takes it.
+ALIVE_PORT = 8476
+ALIVE_PATH = "/alive"
+ALIVE_WITHIN = "within"
 
 # A proof's challenge, in the ProofJob's spec and in INPUT_ENV: 0x and 32 bytes in hex.
 RANDOMNESS_PATTERN = "^0x[0-9a-fA-F]{64}$"

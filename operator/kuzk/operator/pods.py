@@ -20,28 +20,40 @@ CONTAINER_NAME = "prover"
 KERNEL_CACHE_VOLUME = "kernel-cache"
 KERNEL_CACHE_DIR = "/var/cache/kuzk"
 CUPY_CACHE_DIR = f"{KERNEL_CACHE_DIR}/cupy"
-# The container's /tmp (its root filesystem is read-only): the prover's pulse lives there.
+# The container's /tmp (its root filesystem is read-only): the prover's pulse file lives there.
 TMP_VOLUME, TMP_DIR = "tmp", "/tmp"
-# Whether the prover is alive is its pod's to say, not a write's: its pulse (touched every
-# 2 s, ``kuzk_prover.alive``) read by ``kuzk-alive`` (exec, no shell). Not ready once the pulse
-# is 10 s old (two failures 5 s apart: the operator marks its lane not live); killed once it
-# is 30 s old (two failures 10 s apart, then 5 s of grace: SIGKILL at most 55 s after the
-# prover stopped), so the pod fails and the finalizer release frees the GPU phase it held.
-# The liveness probe waits 20 s after the start for the prover's first pulse.
+# Whether the prover is alive is its pod's to say, not a write's: its pulse (a beat every 2 s,
+# ``kuzk_prover.alive``) answered over HTTP on the pod's address (``kuzk_prover.probes``; the
+# kubelet starts no process for it). The startup probe gives a prover 5 minutes to answer
+# (its start may be slow on a saturated node), and holds the others back until it does. Not
+# ready once the pulse is 10 s old (two failures 5 s apart: the operator marks its lane not
+# live). Killed once it is 30 s old: three failures 10 s apart, each waiting up to 10 s for an
+# answer (a stopped prover gives none), then 5 s of grace, so that SIGKILL comes at most 65 s
+# after the prover stopped, and the finalizer release frees the GPU phase it held. A live
+# prover answers in microseconds and beats every 2 s, so only a pulse that stood still for
+# 30 s, or three answers missing 10 s each, kill it: a busy CPU delays both by far less.
+PROBE_PORT_NAME = "alive"
+EXEC_PROBES = "exec"
+HTTP_PROBES = "http"
+PROBE_KINDS = (HTTP_PROBES, EXEC_PROBES)
+STARTUP_PROBE: dict[str, Any] = {
+    "periodSeconds": 2,
+    "timeoutSeconds": 5,
+    "failureThreshold": 150,
+}
 READINESS_PROBE: dict[str, Any] = {
-    "exec": {"command": ["kuzk-alive", "--within", "10"]},
     "periodSeconds": 5,
     "timeoutSeconds": 5,
     "failureThreshold": 2,
 }
 LIVENESS_PROBE: dict[str, Any] = {
-    "exec": {"command": ["kuzk-alive", "--within", "30"]},
-    "initialDelaySeconds": 20,
     "periodSeconds": 10,
-    "timeoutSeconds": 5,
-    "failureThreshold": 2,
+    "timeoutSeconds": 10,
+    "failureThreshold": 3,
     "terminationGracePeriodSeconds": 5,
 }
+# The pulse's age each probe allows, in seconds.
+STARTUP_WITHIN_S, READY_WITHIN_S, LIVE_WITHIN_S = 30, 10, 30
 # The Pod Security Standards' "restricted" level, which partition pods meet: they run as the
 # image's non-root user with nothing writable but a kernel cache and /tmp.
 POD_SECURITY_CONTEXT: dict[str, Any] = {
@@ -75,6 +87,10 @@ class PodSettings:
     # Secrets (of the ProofJob's namespace) the kubelet pulls the prover image with; empty:
     # none on the pod (the prover ServiceAccount's own, if any, then apply).
     image_pull_secrets: tuple[str, ...] = ()
+    # How the kubelet asks whether the prover is alive: HTTP_PROBES (the prover or the lane
+    # agent answers on the pod's address) or EXEC_PROBES (``kuzk-alive`` run in the container
+    # for each probe: a process each time, for a prover image that cannot answer over HTTP).
+    probes: str = HTTP_PROBES
     # The command of a real proof's partition pods (``spec.filecoin``): the real prover under
     # the lane agent, which reports its stages. A ProofJob cannot choose it.
     filecoin_command: Sequence[str] = filecoin.PROVER_COMMAND
@@ -185,6 +201,30 @@ def filecoin_volumes(real: filecoin.FilecoinSpec, settings: PodSettings) -> list
     ]
 
 
+def probes(kind: str) -> dict[str, Any]:
+    """The prover container's probes (``PROBE_KINDS``), with the port they ask on when they
+    ask over HTTP."""
+    if kind not in PROBE_KINDS:
+        msg = f"probes must be one of {', '.join(PROBE_KINDS)}, not {kind!r}"
+        raise ValueError(msg)
+
+    def asking(within: int) -> dict[str, Any]:
+        if kind == EXEC_PROBES:
+            return {"exec": {"command": ["kuzk-alive", "--within", str(within)]}}
+        return {"httpGet": {"path": f"{pod.ALIVE_PATH}?{pod.ALIVE_WITHIN}={within}",
+                            "port": PROBE_PORT_NAME}}
+
+    found: dict[str, Any] = {
+        "startupProbe": {**asking(STARTUP_WITHIN_S), **STARTUP_PROBE},
+        "readinessProbe": {**asking(READY_WITHIN_S), **READINESS_PROBE},
+        "livenessProbe": {**asking(LIVE_WITHIN_S), **LIVENESS_PROBE},
+    }
+    if kind == HTTP_PROBES:
+        found["ports"] = [{"name": PROBE_PORT_NAME, "containerPort": pod.ALIVE_PORT,
+                           "protocol": "TCP"}]
+    return found
+
+
 def prover_input(spec: api.JobSpec, partition: int) -> dict[str, Any]:
     """What ``pod.INPUT_ENV`` carries: everything a prover needs to rebuild a partition, and
     a real proof's inputs of this partition."""
@@ -236,6 +276,7 @@ def _container(
         pod.POD_UID_ENV: "metadata.uid",
         pod.POD_NAMESPACE_ENV: "metadata.namespace",
         pod.NODE_NAME_ENV: "spec.nodeName",
+        pod.POD_IP_ENV: "status.podIP",
     }
     env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in values.items()]
     env += [
@@ -250,8 +291,7 @@ def _container(
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
-        "readinessProbe": copy.deepcopy(READINESS_PROBE),
-        "livenessProbe": copy.deepcopy(LIVENESS_PROBE),
+        **probes(settings.probes),
         "terminationMessagePath": pod.TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

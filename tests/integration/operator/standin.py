@@ -5,9 +5,9 @@ argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json``, a map from "<pod>", "<partition
 "claim": bool}; records its start in ``PLAN_DIR/started/<pod>`` and its end in
 ``PLAN_DIR/ended/<pod>`` (JSON with wall-clock times), waits for ``PLAN_DIR/go/<pod>`` or
 ``PLAN_DIR/go/all`` when told to hold, writes its result JSON to the termination message and
-exits with the planned code. Like every prover it keeps its pulse for the pod's probes
-(``kuzk_prover.alive``). With "claim" it reports its GPU lane through
-kuzk_prover.reporter as the real prover does (join, stage "synthesizing", the stage named in
+exits with the planned code. Like every prover it keeps its pulse and answers the pod's probes
+from it (``kuzk_prover.alive``, ``kuzk_prover.probes``). With "claim" it reports its GPU lane
+through kuzk_prover.reporter as the real prover does (join, stage "synthesizing", the stage named in
 ``PLAN_DIR/stage/<pod>`` while it holds: "gpu" acquires the GPU phase and a later stage gives
 it up; leave at its end); SIGTERM ends it without a release, as a killed prover.
 """
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from kuzk_prover.alive import Pulse
+from kuzk_prover.probes import serve
 
 plan_dir = Path(sys.argv[1])
 env = os.environ
@@ -47,7 +48,8 @@ def on_term(*_: object) -> None:
 
 
 signal.signal(signal.SIGTERM, on_term)
-Pulse().start()
+pulse = Pulse().start()
+serve(pulse, os.environ)
 for key in ("KUZK_JOB", "KUZK_JOB_UID", "KUZK_PROOF_KIND", "KUZK_INPUT", "POD_UID"):
     assert env.get(key), f"{key} missing from the pod env"
 reporter = None

@@ -1,8 +1,10 @@
 """Probes run as the kubelet runs them: readiness drives Ready, a failing liveness probe
 restarts the container and counts the restart, or, under ``restartPolicy: Never``, kills a
-stopped process (SIGTERM, then SIGKILL after the probe's own grace period) and fails its pod,
-even while a slow readiness probe runs; a pod not ready yet at its start is not a pod that
-stopped being ready (its first Ready condition dates from before its container started)."""
+stopped process (SIGTERM, then SIGKILL after the probe's own grace period), says so in a
+``Killing`` Event and fails its pod, even while a slow readiness probe runs; a pod not ready
+yet at its start is not a pod that stopped being ready (its first Ready condition dates from
+before its container started); a startup probe holds the others back until it passes, and an
+httpGet asks the pod's own address."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from kuzk.contract import api
 from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
+from testenv.probes import KILLING
 from testenv.waiting import wait_for
 from tests.integration.helpers import pod, read_pod
 
@@ -87,3 +90,41 @@ def test_a_stopped_process_is_killed_by_its_liveness_probe_and_its_pod_fails(
     # Two failures a second apart, then 2 s of grace, not the pod's 60 s.
     assert time.monotonic() - stopped < 15
     assert failed.status.container_statuses[0].state.terminated.exit_code == 137
+    events = cluster.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name=s,reason={KILLING}").items
+    assert [e.message for e in events] == ["Container main failed liveness probe, will be"
+                                           " restarted"]
+
+
+# A pod's server on its own address: 200 on GET while FLAG exists, 503 without it.
+ANSWER = """
+import http.server, os, pathlib, sys
+flag = pathlib.Path(sys.argv[1])
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if flag.exists() else 503)
+        self.end_headers()
+http.server.HTTPServer((os.environ["POD_IP"], 8080), Answer).serve_forever()
+"""
+
+
+def test_http_probes_ask_the_pod_on_its_own_address_once_its_startup_probe_passes(
+        cluster: Cluster, namespace: str, nodes, tmp_path: Path) -> None:
+    """The startup probe holds the readiness probe back until it passes (a real kubelet's
+    order), and every httpGet goes to the pod's own address at its named port."""
+    nodes(1)
+    flag = tmp_path / "up"
+    ask = {"httpGet": {"path": "/", "port": "web"}, "periodSeconds": 1, "failureThreshold": 1}
+    cluster.core.create_namespaced_pod(namespace, pod(
+        "h", [sys.executable, "-c", ANSWER, str(flag)], container={
+            "ports": [{"name": "web", "containerPort": 8080}],
+            "startupProbe": {**ask, "failureThreshold": 60},
+            "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}))
+    running = wait_for(lambda: (p := read_pod(cluster.core, namespace, "h"))
+                       and p.status.phase == "Running" and p, 60, "pod running")
+    assert running.status.pod_ip != "127.0.0.1"
+    assert not _ready(cluster, namespace, "h"), "ready before its startup probe passed"
+    flag.touch()
+    wait_for(lambda: _ready(cluster, namespace, "h"), 30, "ready once started")
+    p = read_pod(cluster.core, namespace, "h")
+    assert p is not None and p.status.container_statuses[0].started

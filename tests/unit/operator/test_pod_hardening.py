@@ -1,12 +1,19 @@
 """Partition pods are hardened (the restricted Pod Security level), keep CuPy's kernels in
 a writable volume (an emptyDir by default, a node directory when the operator or the job
-names one), have a writable /tmp of their own, and are probed on their prover's pulse: not
-ready first, then killed, well within 90 s of the prover getting stuck."""
+names one), have a writable /tmp of their own, and are probed on their prover's pulse (over
+HTTP, or with ``kuzk-alive`` where the operator says so): not ready first, then killed, well
+within 90 s of the prover getting stuck, and given minutes to start."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
 from kuzk.contract.api import resolve
-from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.contract.pod import ALIVE_PORT
+from kuzk.operator.pods import HTTP_PROBES, PROBE_KINDS, PodSettings, pod_manifest
+from kuzk_prover.alive import PULSE_S
 from tests.unit.operator.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")
@@ -63,18 +70,44 @@ def test_kernel_cache_on_the_node_is_the_operators_and_never_the_jobs():
     assert _cache(pod) == {"emptyDir": {}}
 
 
+def _within(probe):
+    """The pulse's age ``probe`` allows, from its HTTP path or its ``kuzk-alive`` command."""
+    if "httpGet" in probe:
+        return float(parse_qs(urlsplit(probe["httpGet"]["path"]).query)["within"][0])
+    command = probe["exec"]["command"]
+    return float(command[command.index("--within") + 1])
+
+
 def _stale_after(probe):
     """The longest a stuck prover goes unnoticed by ``probe``: its pulse's age limit, then
-    ``failureThreshold`` probes ``periodSeconds`` apart, each up to ``timeoutSeconds``."""
-    within = float(probe["exec"]["command"][probe["exec"]["command"].index("--within") + 1])
-    return within + probe["periodSeconds"] * probe["failureThreshold"] + probe["timeoutSeconds"]
+    ``failureThreshold`` probes ``periodSeconds`` apart, the last waiting ``timeoutSeconds``
+    for an answer that a stopped prover never gives."""
+    return (_within(probe) + probe["periodSeconds"] * probe["failureThreshold"]
+            + probe["timeoutSeconds"])
 
 
-def test_a_stuck_prover_turns_not_ready_then_is_killed_within_a_minute():
-    container = pod_manifest(resolve(Make.job()), 0, 1, SETTINGS)["spec"]["containers"][0]
-    ready, live = container["readinessProbe"], container["livenessProbe"]
-    assert ready["exec"]["command"][0] == live["exec"]["command"][0] == "kuzk-alive"
+@pytest.mark.parametrize("kind", PROBE_KINDS)
+def test_a_stuck_prover_turns_not_ready_then_is_killed_well_within_90_s(kind):
+    settings = PodSettings(image="kuzk/prover:1", probes=kind)
+    container = pod_manifest(resolve(Make.job()), 0, 1, settings)["spec"]["containers"][0]
+    start, ready, live = (container[f"{k}Probe"] for k in ("startup", "readiness", "liveness"))
     killed = _stale_after(live) + live["terminationGracePeriodSeconds"]
     assert _stale_after(ready) < _stale_after(live) - 10, "not ready well before the kill"
-    assert killed <= 60, killed
-    assert live["initialDelaySeconds"] >= 10, "a prover that is starting is not killed"
+    assert killed <= 75, killed
+    assert start["periodSeconds"] * start["failureThreshold"] >= 120, (
+        "a prover whose start a busy node slows is not killed")
+    assert _within(live) >= 10 * PULSE_S, "a pulse a busy CPU delays is not a stuck prover"
+    assert live["timeoutSeconds"] >= 5, "an answer a busy CPU delays is not a stuck prover"
+    if kind == HTTP_PROBES:
+        assert {p["httpGet"]["port"] for p in (start, ready, live)} == {"alive"}
+        assert container["ports"] == [{"name": "alive", "containerPort": ALIVE_PORT,
+                                       "protocol": "TCP"}]
+    else:
+        assert {p["exec"]["command"][0] for p in (start, ready, live)} == {"kuzk-alive"}
+        assert "ports" not in container
+
+
+def test_an_unknown_kind_of_probe_is_refused_by_name():
+    with pytest.raises(ValueError, match="probes must be one of http, exec, not 'grpc'"):
+        pod_manifest(resolve(Make.job()), 0, 1, PodSettings(image="kuzk/prover:1",
+                                                            probes="grpc"))

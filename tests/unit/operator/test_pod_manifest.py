@@ -94,6 +94,7 @@ def test_env_and_downward_api():
         "POD_UID": "metadata.uid",
         "POD_NAMESPACE": "metadata.namespace",
         "NODE_NAME": "spec.nodeName",
+        "POD_IP": "status.podIP",
     }
 
 
