@@ -17,7 +17,7 @@ from kuzk.contract import api, gpu, workerstatus
 from kuzk.contract.api import PENDING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Partition:
     index: int
     state: str
@@ -31,7 +31,7 @@ class Partition:
     message: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     namespace: str
     name: str
@@ -49,7 +49,7 @@ class Job:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkerNode:
     """One WorkerStatus: one GPU of ``node`` (a legacy one: every GPU of its node), as the one
     model (``kuzk.contract.workerstatus``) reads it. A node's GPUs are the WorkerNodes of that node
@@ -62,7 +62,7 @@ class WorkerNode:
     uid: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """A Node, with what ``gpu.physical_gpus`` reads of it."""
 
@@ -79,7 +79,7 @@ class Node:
         return gpu.physical_gpus(slim, self.gpu_resource, workers)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pod:
     """A partition pod, kept for what the ProofJob cannot say: why it is not scheduled."""
 

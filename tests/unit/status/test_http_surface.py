@@ -154,6 +154,37 @@ async def test_bad_filters_get_400_naming_the_parameter(http: Client, feed: Feed
     assert parameter in body["error"]
 
 
+@pytest.mark.parametrize(("query", "parameter"), [
+    ("limit=0", "limit"), ("limit=-1", "limit"), ("continue=forged", "continue"),
+    ("fields=pipelines,colour", "fields")], ids=["zero", "negative", "forged", "field"])
+async def test_bad_pages_and_fields_get_400_naming_the_parameter(http: Client, feed: Feed,
+                                                                 query, parameter) -> None:
+    fill(feed)
+    response = await http.get(f"/status?{query}")
+    assert (response.status, response.content_type) == (400, "application/json")
+    assert (await response.json())["parameter"] == parameter
+
+
+async def test_a_page_token_of_a_changed_listing_gets_410_and_the_client_goes_on(
+        http: Client, feed: Feed, view: StatusView, clock: Clock) -> None:
+    fill(feed)
+    first = await (await http.get("/status", params={"limit": "1"})).json()
+    assert [p["job_id"] for p in first["pipelines"]] == ["ns/a"]
+    token = first["metadata"]["continue"]
+    view.event("proofjobs", "ADDED", proofjob("c", count=1, created=T0 + 5))
+    clock.now += view.max_stale
+    gone = await http.get("/status", params={"limit": "1", "continue": token})
+    assert gone.status == 410
+    body = await gone.json()
+    assert (body["reason"], body["parameter"]) == ("Expired", "continue")
+    # Its token goes on from the same job in the listing as it is now.
+    rest = await http.get("/status", params={"limit": "5", "continue": body["continue"]})
+    assert [p["job_id"] for p in (await rest.json())["pipelines"]] == ["ns/b", "ns/c"]
+    # Or the client starts again.
+    again = await (await http.get("/status", params={"limit": "1"})).json()
+    assert again["metadata"]["remaining_item_count"] == 2
+
+
 async def test_unknown_paths_get_a_json_404(http: Client) -> None:
     response = await http.get("/nope")
     assert response.status == 404
