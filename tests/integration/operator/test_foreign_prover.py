@@ -2,7 +2,8 @@
 the shell-script and C examples of examples/foreign-prover get lanes and a truthful screen
 with the same checks as the built-in prover (test_worker_truth.py), the C one also in the
 prover image's containers; a SIGKILLed prover's GPU
-phase is freed by its agent, a SIGKILLed agent's lane by the operator's finalizer release;
+phase is freed by its agent, a SIGKILLed agent's lane by the operator's finalizer release, a
+SIGSTOPped prover's by its liveness probe (on the agent's pulse) within 90 s;
 an ``acquire`` made while kube-apiserver restarts waits and then succeeds; and every bad call
 is refused with its one line while the WorkerStatus stays as it was."""
 
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -349,6 +351,52 @@ echo '{{"commitment": "0xc0ffee"}}' | kuzk-lane result -"""))
     assert (job["status"]["retries"], job["status"]["partitions"][0]["commitment"]) == (
         0, "0xc0ffee")
     assert "went through after" in log.read_text(errors="replace")
+
+
+HANDOVER_S = 90.0
+
+
+def test_a_prover_stopped_while_holding_loses_the_gpu_phase_within_90_s(
+        cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
+        tmp_path: Path) -> None:
+    """The agent answers the pod's probes from its pulse, which stands still while its prover
+    is stopped (SIGSTOP of the prover alone, the agent running): the pod's liveness probe has
+    it killed, and the retried partition's lane holds the GPU phase within 90 s."""
+    kubelet = nodes(1, gpus=1)
+    node = next(iter(kubelet.nodes))
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    run_operator(*_gated(steps, """set -e
+kuzk-lane stage synthesizing
+kuzk-lane acquire
+gate hold
+kuzk-lane release-gpu
+echo '{"commitment": "0xc0ffee"}' | kuzk-lane result -"""))
+    apply_job(cluster, namespace, proofjob("stopped", partitions=1))
+    first = wait_for(lambda: (steps / "at-hold").exists() and _lane(cluster, node, "gpu"),
+                     120, "the prover holding the GPU phase")
+    (prover,) = _children(_agent_pid(kubelet, first["pod"]["uid"]))
+    os.kill(prover, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        second = wait_for(lambda: (lane := _lane(cluster, node, "gpu", attempt=2))
+                          and lane["holder"]["pod"]["uid"] == lane["pod"]["uid"] and lane,
+                          HANDOVER_S, "the retried partition holding the GPU phase")
+        handed = time.monotonic() - stopped
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(prover, signal.SIGKILL)
+    assert second["pod"]["uid"] != first["pod"]["uid"]
+    (killed,) = [p for p in cluster.core.list_namespaced_pod(namespace).items
+                 if p.metadata.uid == first["pod"]["uid"]]
+    assert killed.status.phase == "Failed", killed.status
+    events = cluster.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={killed.metadata.name},reason=Killing")
+    assert [e.message for e in events.items] == [
+        "Container prover failed liveness probe, will be restarted"], handed
+    (steps / "hold").touch()
+    job = wait_job(cluster, namespace, "stopped", "Succeeded", timeout=120)
+    assert job["status"]["partitions"][0]["attempt"] == 2
 
 
 def _lane_state(cluster: Cluster, node: str) -> dict[str, Any]:
