@@ -13,6 +13,7 @@ pub const SOCKET_ENV: &str = "KUZK_LANE_SOCKET";
 
 /// The lane agent at one socket: a name starting with `@` is in Linux's abstract namespace,
 /// anything else a path.
+#[derive(Clone)]
 pub struct Lane {
     name: String,
 }

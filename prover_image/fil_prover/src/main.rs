@@ -15,6 +15,7 @@
 mod args;
 mod config;
 mod fail;
+mod gpu_phase;
 mod hexio;
 mod lane;
 mod params;

@@ -1,6 +1,7 @@
 //! `prove`: the partition pod's prover. It reads the job from the environment, checks every
-//! input, makes the vanilla proofs (CPU), then makes the SNARK while holding the lane's GPU
-//! phase, and hands the result to the lane agent (or prints it).
+//! input, makes the vanilla proofs (CPU), then the SNARK, holding the lane's GPU phase around
+//! its GPU part only (after the circuits' synthesis: gpu_phase), and hands the result to the
+//! lane agent (or prints it).
 
 use std::time::Instant;
 
@@ -12,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::args::{env_optional, env_required, Flags};
 use crate::config::{self, check_sector_bytes, prover_id, ProofKind, BACKEND};
 use crate::fail::{bad_input, Outcome};
+use crate::gpu_phase::{self, Times};
 use crate::hexio::to_hex;
 use crate::lane::{Lane, SOCKET_ENV};
 use crate::params;
@@ -91,8 +93,7 @@ pub fn command(args: &[String]) -> Outcome<()> {
         .map_err(|error| bad_input(format!("KUZK_INPUT: {error}")))?;
     let job = check_job(kind, partition, input.filecoin)?;
     params::require(kind)?;
-    let lane = env_optional(SOCKET_ENV).map(Lane::new);
-    run(job, lane.as_ref())
+    run(job, env_optional(SOCKET_ENV).map(Lane::new))
 }
 
 fn check_job(kind: ProofKind, partition: usize, input: FilecoinInput) -> Outcome<Job> {
@@ -165,27 +166,22 @@ fn check_one_sector_proof(kind: ProofKind, input: &FilecoinInput) -> Outcome<()>
     Ok(())
 }
 
-fn run(job: Job, lane: Option<&Lane>) -> Outcome<()> {
+fn run(job: Job, lane: Option<Lane>) -> Outcome<()> {
     let Job {
         kind,
         prover_id,
         partition,
         work,
     } = job;
-    call(lane, "stage synthesizing")?;
-    let started = Instant::now();
+    call(lane.as_ref(), "stage synthesizing")?;
+    // The GPU phase is held around the GPU's part of the SNARK only, from inside it
+    // (gpu_phase): synthesis, the vanilla proofs' and the circuits', runs before it.
+    gpu_phase::start(lane.clone());
     let vanilla = vanilla(&work, prover_id)?;
-    let synth_ms = millis(started);
-
-    call(lane, "acquire")?;
-    // bellperson synthesizes the circuit inside the SNARK call, so the phase held from here
-    // includes the circuit's synthesis as well as the proof's multi-exponentiations.
-    let started = Instant::now();
     let proof = snark(work, vanilla, prover_id, partition)?;
-    let gpu_ms = millis(started);
-    call(lane, "release-gpu")?;
+    let Times { synth_ms, gpu_ms } = gpu_phase::times();
     progress!(
-        "{} partition {partition}: SNARK of {} bytes in {gpu_ms} ms",
+        "{} partition {partition}: SNARK of {} bytes; synthesis {synth_ms} ms, GPU part {gpu_ms} ms",
         kind.name(),
         proof.len()
     );
@@ -200,7 +196,7 @@ fn run(job: Job, lane: Option<&Lane>) -> Outcome<()> {
         partition,
     };
     let json = serde_json::to_string(&result).expect("the result serializes");
-    match lane {
+    match &lane {
         Some(lane) => lane.call(&format!("result {json}")).map(drop),
         None => {
             println!("{json}");
