@@ -7,7 +7,8 @@
 //! Each step is logged on stderr with the wall-clock time, so a reader can set the prover's own
 //! account beside what its lane wrote: `gpu phase: synthesis from T` (vanilla proofs and
 //! circuits), `gpu phase: circuits synthesized at T` (before asking for the phase),
-//! `gpu phase: enter at T` (held), `gpu phase: leave at T` (released), T in Unix seconds.
+//! `gpu phase: enter at T` (held), `gpu phase: leave at T` (released), T in Unix seconds; the
+//! synthesized and leave lines carry the process's peak resident memory so far.
 //! A lane call that fails ends the process with the failure, as any failed lane call does.
 
 use std::sync::{Mutex, OnceLock};
@@ -71,7 +72,11 @@ fn enter() {
     let mut phase = state().lock().expect("the phase lock is never poisoned");
     let now = Instant::now();
     phase.synthesized.get_or_insert(now);
-    progress!("gpu phase: circuits synthesized at {}", unix_now());
+    progress!(
+        "gpu phase: circuits synthesized at {} (peak RSS {})",
+        unix_now(),
+        peak_rss()
+    );
     if let Some(lane) = &phase.lane {
         if let Err(failure) = lane.call("stage synth_done").and_then(|_| lane.call("acquire")) {
             exit_with(failure);
@@ -91,7 +96,11 @@ fn leave() {
             exit_with(failure);
         }
     }
-    progress!("gpu phase: leave at {}", unix_now());
+    progress!(
+        "gpu phase: leave at {} (peak RSS {})",
+        unix_now(),
+        peak_rss()
+    );
 }
 
 fn unix_now() -> String {
@@ -99,6 +108,19 @@ fn unix_now() -> String {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     format!("{:.3}", since.as_secs_f64())
+}
+
+/// The process's peak resident memory so far (VmHWM), as Linux reports it.
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .map(|value| value.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| "unknown".to_string())
 }
 
 fn millis(duration: Duration) -> u64 {
