@@ -226,6 +226,7 @@ def conforms(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
 
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+REAL_EXAMPLE_FILES = sorted(EXAMPLES.glob("filecoin/*.yaml"))
 
 
 def test_one_example_per_kind():
@@ -233,7 +234,12 @@ def test_one_example_per_kind():
     assert kinds == sorted(api.PROOF_KINDS)
 
 
-@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda path: path.name)
+def test_one_real_example_per_kind():
+    assert sorted(path.stem for path in REAL_EXAMPLE_FILES) == sorted(api.PROOF_KINDS)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES + REAL_EXAMPLE_FILES,
+                         ids=lambda path: str(path.relative_to(EXAMPLES)))
 def test_examples_are_valid(path):
     job = yaml.safe_load(path.read_text())
     assert (job["apiVersion"], job["kind"]) == ("kuzk.io/v1alpha1", "ProofJob")
