@@ -52,16 +52,21 @@ Reported per system, per partition attempt (a pod that ran; its count is the div
   and counted, or none of them. Writes that moved no lane (none of those, or no change at
   all) are the heartbeats the issue rules out between stage changes: measured, their goal
   is 0. And writes that gave up (WorkerWriteConflict);
+* how the jobs ended: retries counted against the backoff limit and those that were not
+  (disruptions: preemption, eviction, a lost node), containers killed by their probes (the
+  kubelets' ``Killing`` Events; the stand-in answers every probe of a pod it serves, so each
+  is a live prover killed), and the failed jobs by the reason of their ``Failed`` condition;
 * the status lag p50/p99, from a partition pod's Succeeded (as a watch sees it) to its job's
   status showing the partition done (ProofJob status.partitions; Job completedIndexes).
 
-Then the comparisons the issue asks for: operator CPU per attempt against
+Then the comparisons the issues ask for: operator CPU per attempt against
 kube-controller-manager's per Job pod, kube-apiserver CPU per attempt for kuzk's whole system
-against the Job run's, lag p99 against the Job controller's; and a projection of the
-per-attempt counts to 10,000 GPUs x 2 lanes with 60 s partitions (``FLEET``): writes/s,
-operator events/s, operator cores and API server cores, each beside its goal (``GOALS``), with
-which counts grow with lanes, with GPUs per node and with partition length. For the operator
-also (issue 12): its requests per attempt by verb, LISTs per sync (a sync is one pass of
+against the Job run's, the kubelets' CPU per attempt (their probes' cost) against a Job
+pod's, lag p99 against the Job controller's; and a projection of the per-attempt counts to
+10,000 GPUs x 2 lanes with 60 s partitions (``FLEET``): writes/s, operator events/s, operator
+cores and API server cores, each beside its goal (``GOALS``), with which counts grow with
+lanes, with GPUs per node and with partition length. For the operator also (issue 12): its
+requests per attempt by verb, LISTs per sync (a sync is one pass of
 ``reconcile``, counted by ``bench/counted_operator.py``) and its peak RSS.
 
     .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
@@ -136,7 +141,8 @@ WORKERSTATUS = api.WORKERSTATUS_PLURAL
 GOALS = {"requests_per_attempt": 8.0, "lists_per_sync": 0.0, "completion_ratio": 1.0,
          "rss_mb": 400.0, "ws_writes_per_attempt": 6.0, "ws_conflicts_per_attempt": 0.3,
          "not_moves_per_attempt": 0.0, "operator_cpu_vs_kcm": 1.5,
-         "apiserver_cpu_vs_job": 2.0, "fleet_writes_per_s": 1000.0,
+         "apiserver_cpu_vs_job": 2.0, "kubelet_cpu_vs_job": 1.2,
+         "fleet_writes_per_s": 1000.0,
          "fleet_operator_cores": 1.0}
 OPERATOR_WATCH_EVENTS = "kuzk_operator_watch_events_total"
 Obj = dict[str, Any]
@@ -171,6 +177,10 @@ class Phase:
     succeeded_at: dict[tuple[str, int], float] = field(default_factory=dict)
     shown_at: dict[tuple[str, int], float] = field(default_factory=dict)
     finished: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    # Per finished job: retries counted against its backoff limit, retries that were not
+    # (disruptions), and why it failed ("" when it succeeded).
+    outcomes: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    probe_kills: int = 0
     relists: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -200,19 +210,28 @@ class Phase:
         if kind not in ("ADDED", "MODIFIED"):
             return
         name, status = job["metadata"]["name"], job.get("status") or {}
+        failed = next((c for c in status.get("conditions") or []
+                       if c["type"] == "Failed" and c["status"] == "True"), None)
+        reason = f"{failed.get('reason')}: {failed.get('message') or ''}"[:100] if failed else ""
         if self.system == KUZK:
-            shown = [p["index"] for p in status.get("partitions") or [] if p.get("state") == "done"]
+            parts = status.get("partitions") or []
+            shown = [p["index"] for p in parts if p.get("state") == "done"]
             phase = status.get("phase")
             end = None if phase not in ("Succeeded", "Failed") else phase == "Succeeded"
+            outcome = (sum(p.get("retries", 0) for p in parts),
+                       sum(p.get("disruptions", 0) for p in parts), reason)
         else:
             shown = expand(status.get("completedIndexes") or "")
             true = {c["type"] for c in status.get("conditions") or [] if c["status"] == "True"}
             end = True if "Complete" in true else False if "Failed" in true else None
+            # The Job controller counts every failed pod against backoffLimitPerIndex.
+            outcome = (int(status.get("failed") or 0), 0, reason)
         with self.lock:
             for index in shown:
                 self.shown_at.setdefault((name, index), arrival)
             if end is not None and name not in self.finished:
                 self.finished[name] = (arrival, end)
+                self.outcomes[name] = outcome
                 if len(self.finished) == len(self.partitions):
                     self.t_end = max(t for t, _ in self.finished.values())
                     self.done.set()
@@ -228,8 +247,14 @@ class Phase:
         total = sum(self.partitions.values())
         failed = sorted(n for n, (_, ok) in self.finished.items() if not ok)
         unfinished = len(self.partitions) - len(self.finished)
+        reasons = Counter(r.split(":")[0] for _, _, r in self.outcomes.values() if r)
         return {"system": self.system, "jobs": len(self.partitions), "partitions": total,
                 "attempts": len(self.attempts), "failed_jobs": failed,
+                "failed_by_reason": dict(reasons),
+                "failure_messages": sorted({r for _, _, r in self.outcomes.values() if r})[:10],
+                "retries_counted": sum(c for c, _, _ in self.outcomes.values()),
+                "retries_disrupted": sum(d for _, d, _ in self.outcomes.values()),
+                "probe_kills": self.probe_kills,
                 "unfinished_jobs": unfinished, "seconds": seconds,
                 "partitions_per_s": total / seconds if seconds > 0 else 0.0,
                 "lag_p50_s": _quantile(lags, 0.5), "lag_p90_s": _quantile(lags, 0.9),
@@ -809,7 +834,15 @@ def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
         for stream in streams:
             stream.close()
     phase.relists = sum(stream.relists for stream in streams)
+    phase.probe_kills = probe_kills(core, ns, phase.attempts)
     return phase
+
+
+def probe_kills(core: client.CoreV1Api, ns: str, pods: set[str]) -> int:
+    """Containers of ``pods`` that a kubelet killed on a failed probe: its ``Killing`` Events
+    (the stand-in answers every probe while it serves a pod, so each is of a live prover)."""
+    events = core.list_namespaced_event(ns, field_selector="reason=Killing").items
+    return sum(1 for e in events if e.involved_object.uid in pods)
 
 
 
@@ -844,8 +877,15 @@ def report(result: Obj) -> None:
         print(f"{s['system']:<6} {s['jobs']:>5} {s['partitions']:>10} {s['attempts']:>8} "
               f"{s['seconds']:>8.1f} {s['partitions_per_s']:>12.2f} {_fmt(s['lag_p50_s']):>9} "
               f"{_fmt(s['lag_p99_s']):>9} {_fmt(s['lag_max_s']):>9}")
+        print(f"       retries counted against the backoff limit {s['retries_counted']},"
+              f" not counted (disruptions) {s['retries_disrupted']}; probe kills"
+              f" {s['probe_kills']}")
         if s["failed_jobs"]:
             print(f"       failed: {', '.join(s['failed_jobs'][:10])}")
+            by_reason = ", ".join(f"{n} {r}" for r, n in sorted(s["failed_by_reason"].items()))
+            print(f"       failed by reason: {by_reason}")
+            for message in s["failure_messages"]:
+                print(f"         {message}")
         if s["unfinished_jobs"]:
             print(f"       {s['unfinished_jobs']} jobs unfinished at the timeout: seconds is "
                   "the timeout, partitions/s counts all partitions")
@@ -999,6 +1039,11 @@ def _comparisons(result: Obj) -> None:
           f"for the Job run {_fmt(api_j, '.1f')} ms: {_fmt(r_api)}x "
           f"(goal <= {GOALS['apiserver_cpu_vs_job']:g}x): "
           f"{_verdict(None if r_api is None else r_api <= GOALS['apiserver_cpu_vs_job'])}")
+    kub_k, kub_j = fk.get("cpu_ms|kubelets"), fj.get("cpu_ms|kubelets")
+    r_kub = _ratio(kub_k, kub_j)
+    print(f"  kubelets' CPU per attempt (probes included) {_fmt(kub_k, '.1f')} ms, per Job pod"
+          f" {_fmt(kub_j, '.1f')} ms: {_fmt(r_kub)}x (goal <= {GOALS['kubelet_cpu_vs_job']:g}x):"
+          f" {_verdict(None if r_kub is None else r_kub <= GOALS['kubelet_cpu_vs_job'])}")
     gave_up = result["gave_up"]
     print(f"  writes that gave up (WorkerWriteConflict), all rounds: {gave_up} (goal 0): "
           f"{_verdict(gave_up == 0)}")

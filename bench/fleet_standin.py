@@ -32,24 +32,28 @@ latencies and lanes' lives, writes that gave up with WorkerWriteConflict).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
+import queue
+import selectors
 import socket
 import socketserver
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api, worker_writes, workers
+from kuzk.contract.pod import ALIVE_PORT
 from kuzk.contract.workers import Assignment
 from kuzk_prover.reporter import ProverReporter
 
@@ -58,11 +62,12 @@ POD_SCRIPT = (
     'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1\n'
     'printf "%s\\n" "$NODE_NAME $POD_NAMESPACE $POD_NAME $POD_UID $KUZK_JOB $KUZK_JOB_UID'
     ' $KUZK_PROOF_KIND $KUZK_PARTITION $KUZK_ATTEMPT ${NVIDIA_VISIBLE_DEVICES:-none}'
-    ' $TERMINATION_MESSAGE_PATH" >&3\n'
+    ' $TERMINATION_MESSAGE_PATH ${POD_IP:-none}" >&3\n'
     "read -r code <&3\n"
     'exit "${code:-1}"\n'
 )
-FIELDS = 11
+FIELDS = 12
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nalive\n"
 T = TypeVar("T")
 SYNTH_SHARE = 0.4  # of a partition's work; the rest is the "gpu" stage
 
@@ -218,11 +223,18 @@ class Server(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.api, self.work, self.bare = api, work, bare
         self.stats = api.stats
+        self.answers = Answers(self.stats)
+        self.answers.start()
 
     def prove(self, fields: list[str], conn: socket.socket) -> int:
+        job, partition, ip = fields[4], int(fields[7]), fields[11]
+        seconds = work_seconds(job, partition, *self.work)
+        with self.answers.serving(None if ip == "none" else ip):
+            return self._prove(fields, conn, seconds)
+
+    def _prove(self, fields: list[str], conn: socket.socket, seconds: float) -> int:
         (node, namespace, pod, pod_uid, job, job_uid, kind, partition, attempt, gpus,
-         message_path) = fields
-        seconds = work_seconds(job, int(partition), *self.work)
+         message_path, _) = fields
         if namespace in self.bare:
             self.stats.add("bare")
             if not _alive_for(conn, seconds):
@@ -270,6 +282,77 @@ class Server(socketserver.ThreadingTCPServer):
             self.stats.timed("release", lambda: reporter.release(outcome))
             self.stats.add("release")
         return True
+
+
+class Answers(threading.Thread):
+    """Answers the probes of every pod served (``kuzk_prover.probes``' protocol: an HTTP GET
+    on the pod's address at ``ALIVE_PORT``) from one thread, as each pod's prover would: 200
+    while the pod is served, whatever the query. A pod's address listens from the start of
+    its serving to its end (before it, the kubelet's startup probe is refused, as a prover
+    that is starting refuses it). Only this thread touches its selector: the pods' threads
+    hand it their listeners and wake it."""
+
+    def __init__(self, stats: Stats) -> None:
+        super().__init__(name="standin-answers", daemon=True)
+        self.stats = stats
+        self.selector = selectors.DefaultSelector()
+        self.changes: queue.SimpleQueue[tuple[bool, socket.socket]] = queue.SimpleQueue()
+        self.wake, self.woken = socket.socketpair()
+        self.woken.setblocking(False)
+        self.selector.register(self.woken, selectors.EVENT_READ, "wake")
+
+    @contextlib.contextmanager
+    def serving(self, ip: str | None) -> Iterator[None]:
+        listener = None
+        if ip is not None:
+            try:
+                listener = socket.create_server((ip, ALIVE_PORT), backlog=16)
+            except OSError:
+                self.stats.add("probe_listen_failed")
+            else:
+                listener.setblocking(False)
+                self._change(True, listener)
+        try:
+            yield
+        finally:
+            if listener is not None:
+                self._change(False, listener)
+
+    def _change(self, add: bool, listener: socket.socket) -> None:
+        self.changes.put((add, listener))
+        self.wake.send(b"x")
+
+    def run(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                with contextlib.suppress(OSError):
+                    self._on_ready(key)
+
+    def _on_ready(self, key: selectors.SelectorKey) -> None:
+        sock = cast(socket.socket, key.fileobj)
+        if key.data == "wake":
+            sock.recv(4096)
+            while not self.changes.empty():
+                add, listener = self.changes.get()
+                if add:
+                    self.selector.register(listener, selectors.EVENT_READ, "listen")
+                else:
+                    self.selector.unregister(listener)
+                    listener.close()
+        elif key.data == "listen":  # a probe connects
+            connection, _ = sock.accept()
+            connection.setblocking(False)
+            self.selector.register(connection, selectors.EVENT_READ, b"")
+        else:  # a probe's request, read until its headers end
+            request = key.data + sock.recv(4096)
+            if request and b"\r\n\r\n" not in request:
+                self.selector.modify(sock, selectors.EVENT_READ, request)
+                return
+            self.selector.unregister(sock)
+            with contextlib.closing(sock):
+                if request:
+                    sock.sendall(ANSWER)
+                    self.stats.add("probes_answered")
 
 
 def _alive_for(conn: socket.socket, seconds: float) -> bool:
