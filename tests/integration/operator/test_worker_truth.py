@@ -233,6 +233,11 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
     first = wait_for(lambda: lane("gpu"), 120, "the prover in stage gpu", interval=0.02)
     assert first["attempt"] == 1
     assert first["holder"]["pod"]["uid"] == first["pod"]["uid"]
+    pid = _pid_of(kubelet, first["pod"]["uid"])
+    assert pid is not None
+    # Stopped where it was seen (its GPU phase, or the commitment just after it), so that a
+    # slow operator's status catches up with it rather than with its end.
+    os.killpg(pid, signal.SIGSTOP)
 
     def partition_entry() -> dict[str, Any]:
         job = get_job(cluster, namespace, "crash") or {}
@@ -243,8 +248,6 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
                     and p, 30, "the job's partition shown in stage gpu", interval=0.05)
     assert live["worker"] == first["id"]
     assert live["node"] == node
-    pid = _pid_of(kubelet, first["pod"]["uid"])
-    assert pid is not None
     os.killpg(pid, signal.SIGKILL)
 
     second = wait_for(lambda: lane(attempt=2), 120, "the retried partition's lane")
