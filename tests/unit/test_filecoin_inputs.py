@@ -208,3 +208,36 @@ def test_a_real_partition_is_done_only_with_its_proof(proof: str | None, state: 
     (entry,) = decision.status["partitions"]
     assert (entry["state"], entry.get("proof"), entry.get("message")) == (
         state, proof, message)
+
+
+@pytest.mark.parametrize(("kind", "size", "memory"), [
+    ("window-post", "2KiB", "64Mi"), ("porep-c2", "2KiB", "4Gi"),
+    ("window-post", "32GiB", "128Gi"), ("porep-c2", "32GiB", "182Gi"),
+    ("snap-update", "64GiB", "254Gi"),
+])
+def test_a_real_partition_pod_requests_its_kinds_memory(kind: str, size: str,
+                                                        memory: str) -> None:
+    manifest = pod_manifest(api.resolve(job(kind, sectorSize=size)), 0, 1,
+                            PodSettings(image="prover:1"))
+    resources = manifest["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"memory": memory}
+
+
+@pytest.mark.parametrize(("resources", "requests"), [
+    ({"requests": {"memory": "1Gi", "cpu": "2"}}, {"memory": "1Gi", "cpu": "2"}),
+    ({"limits": {"memory": "1Gi"}}, None),
+    ({"requests": {"cpu": "2"}}, {"cpu": "2", "memory": "256Mi"}),
+])
+def test_a_jobs_own_memory_wins(resources: dict[str, Any],
+                                requests: dict[str, str] | None) -> None:
+    chosen = job("winning-post")
+    chosen["spec"]["prover"] = {"resources": resources}
+    manifest = pod_manifest(api.resolve(chosen), 0, 1, PodSettings(image="prover:1"))
+    assert manifest["spec"]["containers"][0]["resources"].get("requests") == requests
+
+
+def test_a_synthetic_partition_pod_requests_no_memory() -> None:
+    plain = job()
+    del plain["spec"]["filecoin"]
+    manifest = pod_manifest(api.resolve(plain), 0, 1, PodSettings(image="prover:1"))
+    assert "requests" not in manifest["spec"]["containers"][0]["resources"]

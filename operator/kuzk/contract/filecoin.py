@@ -68,6 +68,24 @@ _SEGMENT = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"
 RELATIVE_PATH_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
 PATH_MAX = 1024
 
+# The memory a real proof's partition pod requests unless its job asks otherwise
+# (spec.prover.resources): the scheduler then places no more proofs on a node than its
+# allocatable memory holds, instead of the kernel's OOM killer deciding. At 32 GiB and 64 GiB,
+# Lotus' scheduler resource table (storiface/resources.go), per proof: its MaxMemory plus its
+# BaseMinMemory, the parameters, which each pod loads for itself (PoRep C2 150 + 32 GiB; a
+# SnapDeals update Lotus schedules as a C2; WindowPoSt 96 + 32 GiB; WinningPoSt 1 + 32 GiB;
+# at 64 GiB 190 + 64, 120 + 64 and 1 + 64). At the test sizes, the peak resident memory
+# measured at 2 KiB with headroom (WindowPoSt 38 MB, WinningPoSt 131 MB, C2 2.8 GB,
+# SnapDeals 1.6 GB); 8 MiB and 512 MiB are not measured and take the 2 KiB figures.
+MEMORY_REQUESTS = {
+    "32GiB": {"window-post": "128Gi", "winning-post": "33Gi", "porep-c2": "182Gi",
+              "snap-update": "182Gi"},
+    "64GiB": {"window-post": "184Gi", "winning-post": "65Gi", "porep-c2": "254Gi",
+              "snap-update": "254Gi"},
+}
+TEST_SIZE_MEMORY_REQUESTS = {"window-post": "64Mi", "winning-post": "256Mi",
+                             "porep-c2": "4Gi", "snap-update": "2Gi"}
+
 # The real prover, and the command a real proof's partition pods run by default: the prover
 # under the lane agent, which holds its lane and writes its result.
 PROVER = "kuzk-fil-prover"
@@ -99,6 +117,10 @@ class FilecoinSpec:
     sector_size: str
     claim_name: str
     sectors: tuple[Sector, ...]
+
+    def memory_request(self, proof_kind: str) -> str:
+        """The memory a partition pod of this proof requests by default."""
+        return MEMORY_REQUESTS.get(self.sector_size, TEST_SIZE_MEMORY_REQUESTS)[proof_kind]
 
     def partitions(self, proof_kind: str) -> int:
         """The chain's number of partitions of this proof."""

@@ -245,9 +245,13 @@ def _container(
 ) -> dict[str, Any]:
     overrides = spec.resources
     limits = {settings.gpu_resource: "1", **(overrides.get("limits") or {})}
+    requests = dict(overrides.get("requests") or {})
+    if spec.filecoin is not None and "memory" not in requests and "memory" not in limits:
+        # A real proof asks for its kind's memory, so a node runs no more than it holds.
+        requests["memory"] = spec.filecoin.memory_request(spec.proof_kind)
     resources: dict[str, Any] = {"limits": limits}
-    if overrides.get("requests"):
-        resources["requests"] = dict(overrides["requests"])
+    if requests:
+        resources["requests"] = requests
     values = {
         pod.JOB_ENV: spec.name,
         pod.JOB_UID_ENV: spec.uid,
