@@ -1,7 +1,7 @@
 """What a ProofJob author may choose is allowlisted twice: the chart's admission policy
 refuses a ProofJob naming a prover image or PriorityClass off the lists (and a node path,
-which the CRD no longer has) at ``kubectl apply``, with a message that names the field and the
-allowed values; a ProofJob that got in without the policy is failed by the operator with the
+which the CRD no longer has, or memory above the chart's limit) at ``kubectl apply``, with a
+message that names the field and the allowed values; a ProofJob that got in without the policy is failed by the operator with the
 condition Rejected and the same message, and gets no pod."""
 
 from __future__ import annotations
@@ -68,7 +68,15 @@ def test_admission_refuses_choices_off_the_lists_and_passes_the_allowed(
     out = _apply(cluster, namespace,
                  proofjob("node-path", prover={"kernelCacheHostPath": "/etc"}))
     assert out.returncode != 0 and "kernelCacheHostPath" in out.stderr, out.stderr
-    for prover in ({}, {"image": CHART_IMAGE}, {"priorityClassName": "kuzk-high"}):
+    # Memory above the chart's prover.filecoin.maxMemory (256Gi), asked or limited.
+    for kind in ("requests", "limits"):
+        out = _apply(cluster, namespace, proofjob(
+            f"greedy-{kind}", prover={"resources": {kind: {"memory": "300Gi"}}}))
+        assert out.returncode != 0, kind
+        assert (f"spec.prover.resources.{kind}.memory 300Gi is above the administrator's"
+                " limit 256Gi") in out.stderr, out.stderr
+    for prover in ({}, {"image": CHART_IMAGE}, {"priorityClassName": "kuzk-high"},
+                   {"resources": {"requests": {"memory": "254Gi", "cpu": 2}}}):
         out = _apply(cluster, namespace, proofjob("fine", prover=prover), "--dry-run=server")
         assert out.returncode == 0, (prover, out.stderr)
 
