@@ -1,8 +1,9 @@
 """What a ProofJob author may choose is allowlisted twice: the chart's admission policy
 refuses a ProofJob naming a prover image or PriorityClass off the lists (and a node path,
 which the CRD no longer has, or memory above the chart's limit) at ``kubectl apply``, with a
-message that names the field and the allowed values; a ProofJob that got in without the policy is failed by the operator with the
-condition Rejected and the same message, and gets no pod."""
+message that names the field and the allowed values; a ProofJob that got in without the
+policy is failed by the operator with the condition Rejected and the same message, and gets no
+pod (memory excepted: admission only)."""
 
 from __future__ import annotations
 
