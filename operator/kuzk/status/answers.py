@@ -24,9 +24,10 @@ from kuzk.status.fragments import Inputs, Moment, Signature, Template
 from kuzk.status.objects import Job
 from kuzk.status.query import Expired, Query
 
-# Answers kept (bodies and their gzip together): the whole document of ten thousand jobs is
-# about 27 MB, a page of a hundred jobs a quarter of a MB.
-CACHE_BYTES = 64 * 1024 * 1024
+# Answers kept (their gzip, and their bodies up to PLAIN_KEPT): the whole document of ten
+# thousand jobs is 27 MB, 1 MB gzipped; a page of a hundred jobs and 512 GPUs, 1 MB and 50 kB.
+CACHE_BYTES = 32 * 1024 * 1024
+PLAIN_KEPT = 2 * 1024 * 1024
 GZIP_LEVEL = 6
 
 
@@ -59,24 +60,29 @@ class Source(Protocol):
 
 @dataclass(frozen=True)
 class Answer:
-    """A query's answer as of one moment (``serial``)."""
+    """A query's answer as of one moment (``serial``): its gzip, and its body where that is
+    small (``PLAIN_KEPT``); a larger one is kept only as its gzip."""
 
     etag: str
-    body: bytes
     gzipped: bytes
+    plain: bytes | None
     serial: int
 
     @property
+    def body(self) -> bytes:
+        return self.plain if self.plain is not None else gzip.decompress(self.gzipped)
+
+    @property
     def size(self) -> int:
-        return len(self.body) + len(self.gzipped)
+        return len(self.gzipped) + len(self.plain or b"")
 
 
-Made = tuple[bytes, bytes]  # an answer's body and its gzip
+Made = tuple[bytes, bytes | None]  # an answer's gzip, and its body where it is small
 
 
 def _assemble(m: Moment, q: Query) -> Made:
     body = fragments.assemble(m, q)
-    return body, gzip.compress(body, GZIP_LEVEL)
+    return gzip.compress(body, GZIP_LEVEL), body if len(body) <= PLAIN_KEPT else None
 
 
 def _next(p: Preparation, serial: int, keep_finished: float,

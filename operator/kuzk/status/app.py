@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
@@ -112,6 +114,12 @@ class Runner(web.AppRunner):
                        **made._kwargs)
 
 
+@functools.lru_cache(maxsize=1024)
+def _parse(query_string: str) -> query.Query:
+    """A query string's question: the same few strings come from every poller."""
+    return query.parse(parse_qsl(query_string, keep_blank_values=True))
+
+
 def _matches(header: str, etag: str) -> bool:
     tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
     return "*" in tags or etag in tags
@@ -119,7 +127,7 @@ def _matches(header: str, etag: str) -> bool:
 
 async def status(request: web.Request) -> web.StreamResponse:
     try:
-        asked = query.parse(list(request.query.items()))
+        asked = _parse(request.query_string)
         answer = await request.app[VIEW].answer(asked)
     except query.BadParameter as bad:
         return _error(400, str(bad), parameter=bad.name)
@@ -132,10 +140,13 @@ async def status(request: web.Request) -> web.StreamResponse:
     headers = {"ETag": answer.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
     if _matches(request.headers.get("If-None-Match", ""), answer.etag):
         return web.Response(status=304, headers=headers)
-    body = answer.body
     if "gzip" in request.headers.get("Accept-Encoding", ""):
         headers["Content-Encoding"] = "gzip"
         body = answer.gzipped
+    elif answer.plain is not None:
+        body = answer.plain
+    else:  # a large answer is kept only as its gzip
+        body = await asyncio.to_thread(lambda: answer.body)
     return web.Response(body=body, content_type="application/json", headers=headers)
 
 

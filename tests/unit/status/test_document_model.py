@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
 DASHBOARD = ROOT / "operator" / "kuzk" / "status" / "static" / "dashboard.js"
 # What dashboard.js reads as ``.name`` that is the browser's, not the document's.
-BROWSER_NAMES = {"background", "dataset", "headers", "length", "signal", "status", "style"}
+BROWSER_NAMES = {"background", "dataset", "disabled", "headers", "length", "signal", "status",
+                 "style"}
 
 
 def readme_fields() -> list[str]:

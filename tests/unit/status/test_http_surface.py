@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract import api
+from kuzk.status import answers
 from kuzk.status.app import STATIC, make_app
 from kuzk.status.view import StatusView
 from tests.unit.status.builders import T0, node, part, proofjob, stamp, worker, workerstatus
@@ -132,6 +133,18 @@ async def test_gzip_is_offered(http: Client, feed: Feed) -> None:
     assert response.headers["Content-Encoding"] == "gzip"
     plain = await (await http.get("/status")).read()
     assert gzip.decompress(await response.read()) == plain
+
+
+async def test_a_large_answer_is_kept_as_gzip_and_served_plain_too(
+        http: Client, feed: Feed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(answers, "PLAIN_KEPT", 0)
+    fill(feed)
+    zipped = await http.get("/status", headers={"Accept-Encoding": "gzip"},
+                            auto_decompress=False)
+    plain = await http.get("/status", headers={"Accept-Encoding": "identity"})
+    assert "Content-Encoding" not in plain.headers
+    assert gzip.decompress(await zipped.read()) == await plain.read()
+    assert (await plain.json())["pipelines"][0]["job_id"] == "ns/a"
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,12 @@
-// The kuzk dashboard: polls /status every 1.5 s with If-None-Match and renders the fleet.
-// On a failed poll it keeps the last good render and says since when it is stale.
+// The kuzk dashboard: polls /status every 1.5 s with If-None-Match and renders the fleet and
+// one page of jobs (?limit=PAGE, the next page by metadata.continue), so a fleet of ten
+// thousand jobs costs the page what fifty do. On a failed poll it keeps the last good render
+// and says since when it is stale.
 "use strict";
 
 const POLL_MS = 1500;
 const TIMEOUT_MS = 5000;
+const PAGE = 50;
 const STATES = ["pending", "scheduled", "synthesizing", "synth_done", "gpu", "committing", "done",
                 "failed"];
 
@@ -11,6 +14,12 @@ let etag = null;
 let doc = null;
 let docAt = 0;          // performance.now() when the current document arrived
 let lastGood = null;    // Date of the last successful poll
+// The continue token of each page visited (null: the first page).
+const pages = [null];
+let page = 0;
+let timer = null;
+let polling = false;
+let again = false;      // poll again at once when this poll ends (the page changed meanwhile)
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -173,6 +182,13 @@ function renderJobs(d, drift) {
     ...(jobs.length ? jobs : [el("p", {class: "empty", text: "no jobs"})]));
 }
 
+function renderPager(d) {
+  document.getElementById("page-label").textContent =
+    `page ${page + 1} · ${d.pipelines.length} jobs · ${d.metadata.remaining_item_count} more`;
+  document.getElementById("prev").disabled = page === 0;
+  document.getElementById("next").disabled = d.metadata.continue === null;
+}
+
 function render() {
   if (!doc) return;
   const drift = (performance.now() - docAt) / 1000;
@@ -180,6 +196,24 @@ function render() {
   renderNodes(doc);
   renderWorkers(doc, drift);
   renderJobs(doc, drift);
+  renderPager(doc);
+}
+
+function turn(to) {
+  if (to > page) {
+    if (!doc || doc.metadata.continue === null) return;
+    pages.length = page + 1;
+    pages.push(doc.metadata.continue);
+  }
+  page = to;
+  etag = null;
+  pollNow();
+}
+
+function query() {
+  const params = new URLSearchParams({limit: String(PAGE)});
+  if (pages[page] !== null) params.set("continue", pages[page]);
+  return `/status?${params}`;
 }
 
 function freshness(ok) {
@@ -195,16 +229,40 @@ function freshness(ok) {
   }
 }
 
+function schedule(ms) {
+  clearTimeout(timer);
+  timer = setTimeout(poll, ms);
+}
+
+function pollNow() {
+  if (polling) again = true;
+  else schedule(0);
+}
+
 async function poll() {
+  polling = true;
+  const asked = page;
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), TIMEOUT_MS);
+  const deadline = setTimeout(() => abort.abort(), TIMEOUT_MS);
   try {
     const headers = etag ? {"If-None-Match": etag} : {};
-    const response = await fetch("/status", {headers, cache: "no-store", signal: abort.signal});
+    const response = await fetch(query(), {headers, cache: "no-store", signal: abort.signal});
+    if (asked !== page) return;  // the page changed while this one was asked for
+    if (response.status === 410) {
+      // Jobs joined or left the listing: go on from the same job in the new one.
+      pages[page] = (await response.json()).continue;
+      etag = null;
+      again = true;
+      return;
+    }
     if (response.status === 200) {
       doc = await response.json();
       etag = response.headers.get("ETag");
       docAt = performance.now();
+      if (page > 0 && doc.pipelines.length === 0) {  // the jobs of this page are gone
+        page = 0;
+        again = true;
+      }
     } else if (response.status !== 304) {
       throw new Error(`status ${response.status}`);
     }
@@ -214,8 +272,10 @@ async function poll() {
   } catch (error) {
     freshness(false);
   } finally {
-    clearTimeout(timer);
-    setTimeout(poll, POLL_MS);
+    clearTimeout(deadline);
+    polling = false;
+    schedule(again ? 0 : POLL_MS);
+    again = false;
   }
 }
 
@@ -223,4 +283,6 @@ document.getElementById("legend").replaceChildren(
   ...STATES.map(s => el("span", {class: `cell s-${s}`, text: s})),
   el("span", {class: "strip-key busy", text: "GPU phase"}),
   ...Object.entries(REASONS).map(([k, v]) => el("span", {class: `strip-key idle-${k}`, text: `idle: ${v}`})));
+document.getElementById("prev").addEventListener("click", () => turn(page - 1));
+document.getElementById("next").addEventListener("click", () => turn(page + 1));
 poll();
