@@ -20,8 +20,7 @@ from typing import Protocol
 
 from kuzk.status import fragments
 from kuzk.status.aggregate import Snapshot, Sync
-from kuzk.status.fragments import Inputs, Moment, Signature, Template
-from kuzk.status.objects import Job
+from kuzk.status.fragments import Moment, Stale, Template
 from kuzk.status.query import Expired, Query
 
 # Answers kept (their gzip, and their bodies up to PLAIN_KEPT): the whole document of ten
@@ -40,7 +39,7 @@ class Preparation:
     snap: Snapshot
     sync: Sync
     kept: dict[str, Template]
-    stale: dict[str, tuple[Job, Inputs, Signature]]
+    stale: dict[str, Stale]
 
 
 class Source(Protocol):

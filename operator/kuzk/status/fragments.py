@@ -52,6 +52,9 @@ class Template:
     order: OrderKey
 
 
+Stale = tuple[Job, "Inputs", Signature]  # a job whose line is made again, and of what
+
+
 @dataclass(frozen=True, slots=True)
 class Inputs:
     """What a job's line is made of besides the job: its lanes and pods (``aggregate``'s
@@ -131,7 +134,7 @@ class Moment:
 
 def moment(serial: int, revision: int, now: float, keep_finished: float, snap: Snapshot,
            sync: Sync, kept: Mapping[str, Template],
-           stale: Mapping[str, tuple[Job, Inputs, Signature]]) -> Moment:
+           stale: Mapping[str, Stale]) -> Moment:
     """The moment of ``snap`` (its summary: jobs are in ``kept``, whose templates still
     hold, and ``stale``, whose lines are made again)."""
     templates = dict(kept)

@@ -1,15 +1,11 @@
 """The in-memory view: the current objects, what the watches have seen, and the answers.
 
 The watches call ``listed`` after each full list and ``event`` for each watch event; requests
-only call ``answer``. Every change that shows on the screen bumps ``revision``. Answers come
-from a ``fragments.Moment``: the view as of one instant, made in a thread from a copy of what
-changed (each job's line is serialized once per change of what it shows, and kept), at most
-one at a time, and again when the revision moved on or ``refresh`` seconds passed, so times
-move on and jobs past ``--keep-finished`` leave even when nothing else happens. While a new
-moment is made, requests get the last one if only time moved on or it is younger than
-``max_stale``: a change delays nobody. Each query's answer (its body and gzip) is assembled
-once per moment and cached, within ``CACHE_BYTES``; its ETag names it, so ``If-None-Match``
-costs nothing.
+only call ``answer``. Every change that shows on the screen bumps ``revision``. The answers
+(``answers``) come from moments of the view (``fragments``), each made from what ``prepare``
+hands over: the fields besides ``pipelines``, and the jobs whose line changed since the last
+(``refresh`` and ``max_stale`` say when a moment is made again and how old one may be served
+while it is).
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from kuzk.contract.ledger import GpuKey, Ledger, Tally
 from kuzk.status import fragments, objects
 from kuzk.status.aggregate import LaneKey, PodKey, Snapshot, Sync, lane_index, pod_key
 from kuzk.status.answers import Answer, Answers, Preparation
-from kuzk.status.fragments import Inputs, Signature, Template
+from kuzk.status.fragments import Inputs, Stale, Template
 from kuzk.status.history import Bound, History, Queue
 from kuzk.status.objects import Job, Node, Pod, WorkerNode
 from kuzk.status.query import Query
@@ -218,12 +214,17 @@ class StatusView:
         self.history.classify(self.worker_nodes.values(), self.queue, now)
 
     def snapshot(self) -> Snapshot:
-        """The view as it is now; the aggregation may run on it in another thread."""
-        now = self.clock()
+        """The view as it is now, for ``aggregate.render`` to read in another thread."""
+        return self._snapshot(self.clock(), jobs=True)
+
+    def _snapshot(self, now: float, *, jobs: bool) -> Snapshot:
+        """The view as of ``now``; without ``jobs``, what the fields besides ``pipelines`` are
+        made of."""
         self.settle(now)
-        return Snapshot(list(self.jobs.values()), list(self.worker_nodes.values()),
-                        list(self.nodes.values()), dict(self.pods_by_key),
-                        self.history.copy(), self.counts(), self.gpu_seconds(now))
+        return Snapshot(list(self.jobs.values()) if jobs else (),
+                        list(self.worker_nodes.values()), list(self.nodes.values()),
+                        dict(self.pods_by_key), self.history.copy(partitions=jobs),
+                        self.counts(), self.gpu_seconds(now))
 
     async def answer(self, q: Query) -> Answer:
         """The answer to ``q`` (``answers.Answers.answer``)."""
@@ -233,24 +234,16 @@ class StatusView:
         """What a new moment is made of, as of now: the fields besides ``pipelines``, and each
         job's template where it still holds or what it is made again of."""
         now = self.clock()
-        snap = self._summary_snapshot(now)
+        snap = self._snapshot(now, jobs=False)
         return Preparation(self.revision, now, snap, self.sync(now),
                            *self._changed_jobs(snap, templates))
 
-    def _summary_snapshot(self, now: float) -> Snapshot:
-        """What the fields besides ``pipelines`` are made of (no jobs; the GPUs' history)."""
-        self.settle(now)
-        return Snapshot((), list(self.worker_nodes.values()), list(self.nodes.values()),
-                        dict(self.pods_by_key), self.history.copy(partitions=False),
-                        self.counts(), self.gpu_seconds(now))
-
     def _changed_jobs(self, snap: Snapshot, templates: Mapping[str, Template]
-                      ) -> tuple[dict[str, Template],
-                                                     dict[str, tuple[Job, Inputs, Signature]]]:
+                      ) -> tuple[dict[str, Template], dict[str, Stale]]:
         """Each job's template where it still holds, and what the others' are made of."""
         lanes, pods = fragments.inputs_by_job(lane_index(snap.worker_nodes), snap.pods)
         kept: dict[str, Template] = {}
-        stale: dict[str, tuple[Job, Inputs, Signature]] = {}
+        stale: dict[str, Stale] = {}
         no_lanes: dict[LaneKey, fragments.LaneEntry] = {}
         no_pods: dict[PodKey, Pod] = {}
         for k, job in self.jobs.items():
