@@ -61,14 +61,15 @@ POD_ENV = (pod.NODE_NAME_ENV, pod.POD_NAME_ENV, pod.POD_UID_ENV, pod.POD_NAMESPA
 
 @dataclass(frozen=True)
 class PodIdentity:
-    """Who a partition pod is: the job and the partition attempt it runs, and the pod and
-    node it runs as (empty where its env does not say)."""
+    """Who a partition pod is: the job and the partition attempt it runs, the PriorityClass
+    its job resolved to, and the pod and node it runs as (empty where its env does not say)."""
 
     job: str
     job_uid: str
     proof_kind: str
     partition: int
     attempt: int
+    priority_class: str = ""
     namespace: str = ""
     pod_name: str = ""
     pod_uid: str = ""
@@ -167,13 +168,15 @@ def _required(env: Mapping[str, str | None], name: str) -> str:
 
 def identity_from_env(env: Mapping[str, str]) -> PodIdentity:
     """The one reading of who the pod is: KUZK_JOB, KUZK_JOB_UID, KUZK_PROOF_KIND,
-    KUZK_PARTITION and KUZK_ATTEMPT (required), POD_ENV and NVIDIA_VISIBLE_DEVICES."""
+    KUZK_PARTITION and KUZK_ATTEMPT (required), KUZK_PRIORITY_CLASS, POD_ENV and
+    NVIDIA_VISIBLE_DEVICES."""
     return PodIdentity(
         job=_required(env, pod.JOB_ENV),
         job_uid=_required(env, pod.JOB_UID_ENV),
         proof_kind=_required(env, pod.PROOF_KIND_ENV),
         partition=_integer(pod.PARTITION_ENV, _required(env, pod.PARTITION_ENV), 0),
         attempt=_integer(pod.ATTEMPT_ENV, _required(env, pod.ATTEMPT_ENV), 0),
+        priority_class=_optional(env, pod.PRIORITY_CLASS_ENV),
         namespace=_optional(env, pod.POD_NAMESPACE_ENV),
         pod_name=_optional(env, pod.POD_NAME_ENV),
         pod_uid=_optional(env, pod.POD_UID_ENV),

@@ -146,6 +146,7 @@ class ProverReporter:
             attempt=pod.attempt,
             pod_name=pod.pod_name,
             pod_uid=pod.pod_uid,
+            priority_class=pod.priority_class,
         )
         return cls(
             api or _api_from_env(os.environ if environ is None else environ),

@@ -45,8 +45,9 @@ def at(seconds: float) -> datetime:
 
 
 def assignment(pod: str, partition: int = 3, attempt: int = 1,
-               kind: str = "snap-update") -> Assignment:
-    return Assignment("ns", "job", "job-uid", kind, partition, attempt, pod, f"uid-{pod}")
+               kind: str = "snap-update", priority_class: str = "") -> Assignment:
+    return Assignment("ns", "job", "job-uid", kind, partition, attempt, pod, f"uid-{pod}",
+                      priority_class)
 
 
 A, B, C = assignment("a"), assignment("b", partition=4), assignment("c", partition=5)
@@ -180,8 +181,8 @@ def test_the_seeds_race_on_the_normal_path_is_refused_and_counted() -> None:
 
 
 def test_a_winning_post_lane_ready_later_goes_before_waiting_snap_updates() -> None:
-    assert lane_priority("winning-post") > lane_priority("window-post") > lane_priority(
-        "snap-update") == lane_priority("porep-c2")
+    assert lane_priority("winning-post", "") > lane_priority("window-post", "") > lane_priority(
+        "snap-update", "") == lane_priority("porep-c2", "")
     status, results = run(join(A), join(B), join(C), join(WINNING), acquire(A, 1),
                           acquire(B, 2), acquire(C, 3), acquire(WINNING, 4), release_gpu(A, 5),
                           acquire(B, 6), acquire(C, 6), acquire(WINNING, 6))
@@ -190,6 +191,19 @@ def test_a_winning_post_lane_ready_later_goes_before_waiting_snap_updates() -> N
     status = apply(status, decide_release_gpu(status, WINNING, at(7)))
     assert decide_acquire(status, C, at(8)).result is Acquired.WAITING, "B was ready first"
     assert decide_acquire(status, B, at(8)).result is Acquired.GRANTED
+
+
+def test_a_lane_of_a_job_marked_critical_goes_before_its_kinds_lanes_ready_earlier() -> None:
+    """Two snap-updates (kuzk-normal by their kind) wait on a busy GPU; a third, of a job whose
+    spec.prover.priorityClassName is kuzk-critical, gets ready last and is granted first."""
+    urgent = assignment("u", partition=7, priority_class="kuzk-critical")
+    status, results = run(join(A), join(B), join(C), join(urgent), acquire(A, 1),
+                          acquire(B, 2), acquire(C, 3), acquire(urgent, 4), release_gpu(A, 5),
+                          acquire(B, 6), acquire(C, 6), acquire(urgent, 6))
+    ranks = {lane["pod"]["name"]: lane["priority"] for lane in worker(status)["lanes"]}
+    assert ranks == {"a": 0, "b": 0, "c": 0, "u": 2}
+    assert results[9:] == [Acquired.WAITING, Acquired.WAITING, Acquired.GRANTED]
+    assert holder(status) == "uid-u"
 
 
 def test_leave_removes_the_lane_and_the_gpu_phase_it_held() -> None:
@@ -513,21 +527,26 @@ def test_random_interleavings_follow_the_model_and_lose_no_lane(
 
 
 KINDS_BY_PRIORITY = ("snap-update", "porep-c2", "window-post", "winning-post")
+# A job's resolved PriorityClass: none (a pod of an earlier release), kuzk's, or another.
+CLASSES = ("", "kuzk-normal", "kuzk-high", "kuzk-critical", "system-node-critical")
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(KINDS_BY_PRIORITY), min_size=2, max_size=5), st.data())
-def test_the_gpu_phase_goes_by_priority_then_ready_time(kinds: list[str], data: Any) -> None:
-    """A holder and waiting lanes of random kinds that got ready in a random order; each time
-    the GPU phase is given up, the waiting lanes ask again in a random order: exactly one is
-    granted, the one with the highest priority that got ready first (as the model says too),
-    and every lane gets it once."""
+@given(st.lists(st.tuples(st.sampled_from(KINDS_BY_PRIORITY), st.sampled_from(CLASSES)),
+                min_size=2, max_size=5), st.data())
+def test_the_gpu_phase_goes_by_priority_then_ready_time(lanes_of: list[tuple[str, str]],
+                                                        data: Any) -> None:
+    """A holder and waiting lanes of random kinds and jobs' PriorityClasses that got ready in
+    a random order; each time the GPU phase is given up, the waiting lanes ask again in a
+    random order: exactly one is granted, the one with the highest priority that got ready
+    first (as the model says too), and every lane gets it once."""
     first = assignment("h", partition=99)
-    lanes = [assignment(f"q{k}", partition=k, kind=kind) for k, kind in enumerate(kinds)]
+    lanes = [assignment(f"q{k}", partition=k, kind=kind, priority_class=cls)
+             for k, (kind, cls) in enumerate(lanes_of)]
     status, _ = run(*(join(x) for x in [first, *lanes]), acquire(first))
     node = NodeModel()
     for x in [first, *lanes]:
-        node.join(GPU0.uuid, x.pod_uid, x.proof_kind, NOW)
+        node.join(GPU0.uuid, x.pod_uid, x.proof_kind, NOW, x.priority_class)
     node.acquire(first.pod_uid, NOW)
     t = 0
     ready = data.draw(st.permutations(lanes), label="ready order")
@@ -550,7 +569,8 @@ def test_the_gpu_phase_goes_by_priority_then_ready_time(kinds: list[str], data: 
             status = apply(status, decision)
             if decision.result is Acquired.GRANTED:
                 granted.append(x)
-        want = min(waiting, key=lambda x: (-lane_priority(x.proof_kind), ready.index(x)))
+        want = min(waiting, key=lambda x: (-lane_priority(x.proof_kind, x.priority_class),
+                                           ready.index(x)))
         assert granted == [want], ([x.pod_name for x in granted], want.pod_name)
         assert holder(status) == want.pod_uid
         current = want

@@ -95,11 +95,11 @@ def _workerstatus_status() -> dict[str, Any]:
             "partition": integer("Partition index the lane proves.", minimum=0),
             "attempt": integer("Attempt of that partition.", minimum=1),
             "priority": integer(
-                "Rank of the lane's proof kind when lanes wait for the GPU phase: higher goes"
-                " first. It is the rank of the PriorityClass the proof kind defaults to ("
+                "Rank of the lane when lanes wait for the GPU phase: higher goes first. It is"
+                " the rank of its ProofJob's resolved PriorityClass (spec.prover.priorityClassName,"
+                " else the class its proof kind defaults to): "
                 + ", ".join(f"{name} {rank}" for rank, name in enumerate(PRIORITY_CLASSES))
-                + "), whatever spec.prover.priorityClassName the ProofJob names: the prover"
-                " knows its proof kind, not its pod's priority.",
+                + ". A class kuzk does not know ranks as its proof kind's default class.",
                 minimum=0,
             ),
             "stage": string(

@@ -33,16 +33,21 @@ REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 # ``gpu``. kuzk's prover does not write it on its own: one write fewer per partition.
 ACQUIRE_STAGE = LaneStage.SYNTH_DONE
 
-# The PriorityClasses the proof kinds default to (``api.PROOF_KINDS``), lowest first: the
-# chart creates them with ascending values (``priorityClasses`` in its values.yaml).
+# The PriorityClasses kuzk knows, lowest first: the ones the proof kinds default to
+# (``api.PROOF_KINDS``), which the chart creates with ascending values (``priorityClasses`` in
+# its values.yaml).
 PRIORITY_CLASSES = ("kuzk-normal", "kuzk-high", "kuzk-critical")
 
 
-def lane_priority(proof_kind: str) -> int:
-    """The rank a proof kind's lanes wait for the GPU phase with (higher first): the index in
-    ``PRIORITY_CLASSES`` of the PriorityClass the kind defaults to; 0 for a kind kuzk does not
-    know. A ProofJob's own ``spec.prover.priorityClassName`` does not change it: a prover knows
-    its proof kind from its env, and cannot read its pod's priority through the downward API."""
+def lane_priority(proof_kind: str, priority_class: str) -> int:
+    """The rank a lane waits for the GPU phase with (higher first): the index in
+    ``PRIORITY_CLASSES`` of its job's resolved PriorityClass (in its pod's env,
+    ``kuzk.contract.pod.PRIORITY_CLASS_ENV``: what the job's ``spec.prover.priorityClassName``
+    names, else its kind's default), so that a job an administrator marks critical goes first
+    on a busy GPU. A class kuzk does not know (or none: a pod of an earlier release) ranks as
+    the class its proof kind defaults to, and a kind kuzk does not know ranks 0."""
+    if priority_class in PRIORITY_CLASSES:
+        return PRIORITY_CLASSES.index(priority_class)
     defaults = api.PROOF_KINDS.get(proof_kind)
     if defaults is None:
         return 0

@@ -24,6 +24,11 @@ JOB_UID_ENV = "KUZK_JOB_UID"
 PROOF_KIND_ENV = "KUZK_PROOF_KIND"
 PARTITION_ENV = "KUZK_PARTITION"
 ATTEMPT_ENV = "KUZK_ATTEMPT"
+# ...the PriorityClass its job resolved to (``spec.prover.priorityClassName``, else its kind's
+# default), which ranks its lane for the GPU phase (``kuzk.contract.lanes.lane_priority``; the
+# downward API does not give a pod its priority; optional: a pod of an earlier release lacks
+# it)...
+PRIORITY_CLASS_ENV = "KUZK_PRIORITY_CLASS"
 # ...what it proves: JSON with sector (miner, number), randomness, circuitLog2, partitions...
 INPUT_ENV = "KUZK_INPUT"
 # A real proof's inputs are INPUT_ENV's key FILECOIN_INPUT_KEY (``kuzk.contract.filecoin``:
@@ -41,9 +46,10 @@ POD_NAMESPACE_ENV = "POD_NAMESPACE"
 NODE_NAME_ENV = "NODE_NAME"
 # ...and the pod's own address, where the prover answers its probes (``ALIVE_PORT``).
 POD_IP_ENV = "POD_IP"
-ENV_NAMES = (JOB_ENV, JOB_UID_ENV, PROOF_KIND_ENV, PARTITION_ENV, ATTEMPT_ENV, INPUT_ENV,
-             LOG_FORMAT_ENV, CUPY_CACHE_DIR_ENV, PARAMETER_CACHE_ENV, POD_NAME_ENV, POD_UID_ENV,
-             POD_NAMESPACE_ENV, NODE_NAME_ENV, POD_IP_ENV)
+ENV_NAMES = (JOB_ENV, JOB_UID_ENV, PROOF_KIND_ENV, PARTITION_ENV, ATTEMPT_ENV,
+             PRIORITY_CLASS_ENV, INPUT_ENV, LOG_FORMAT_ENV, CUPY_CACHE_DIR_ENV,
+             PARAMETER_CACHE_ENV, POD_NAME_ENV, POD_UID_ENV, POD_NAMESPACE_ENV, NODE_NAME_ENV,
+             POD_IP_ENV)
 """Every variable of the partition pod's env, and nothing else."""
 REAL_PROOF_ENV_NAMES = (PARAMETER_CACHE_ENV,)
 """The variables only a real proof's pods get (``kuzk.contract.filecoin``)."""

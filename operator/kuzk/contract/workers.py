@@ -79,7 +79,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Assignment:
     """One attempt of one partition, on one pod. The pod UID is the identity: a retried
-    partition (same job and partition, next attempt) is a different assignment."""
+    partition (same job and partition, next attempt) is a different assignment. Its lane's
+    rank for the GPU phase is ``lanes.lane_priority`` of its proof kind and its job's
+    PriorityClass (empty where the pod's env does not say)."""
 
     job_namespace: str
     job_name: str
@@ -89,6 +91,7 @@ class Assignment:
     attempt: int
     pod_name: str
     pod_uid: str
+    priority_class: str = ""
 
     @property
     def pod(self) -> PodRef:
@@ -215,7 +218,7 @@ def decide_join(
         job=assignment.job,
         partition=assignment.partition,
         attempt=assignment.attempt,
-        priority=lane_priority(assignment.proof_kind),
+        priority=lane_priority(assignment.proof_kind, assignment.priority_class),
         stage=LaneStage.STARTING,
         since=now,
         memory=memory,

@@ -258,6 +258,7 @@ def _container(
         pod.PARTITION_ENV: str(partition),
         pod.ATTEMPT_ENV: str(attempt),
         pod.PROOF_KIND_ENV: spec.proof_kind,
+        pod.PRIORITY_CLASS_ENV: spec.priority_class_name,
         pod.INPUT_ENV: json.dumps(prover_input(spec, partition), sort_keys=True,
                                   separators=(",", ":")),
         pod.CUPY_CACHE_DIR_ENV: CUPY_CACHE_DIR,

@@ -6,8 +6,8 @@ the real object against a second, separate reading of the protocol.
 * ``NodeModel`` plays a sequence of writes and answers each as the protocol must (granted,
   waiting or gone; True, False), counting the stale ones.
 * ``observed`` reads a stored status into the same abstract form as ``NodeModel.expected``:
-  per worker its ID, GPU, lanes (pod UID, stage, whether it waits with ``readyAt``), holder,
-  completed count and remembered pods; plus the stale count. Times are left out.
+  per worker its ID, GPU, lanes (pod UID, stage, whether it waits with ``readyAt``, rank),
+  holder, completed count and remembered pods; plus the stale count. Times are left out.
 * ``explain`` names the one protocol write that turns one stored version into the next, or
   says that none does: the check a test applies to every version a watch recorded while
   writers raced.
@@ -17,8 +17,10 @@ The rules, as the model reads them:
 * A GPU is a worker, ``W<k>`` with the lowest free k, created by the first lane that joins it;
   lanes keep their arrival order. At most one lane holds the GPU phase (stage ``gpu``).
 * ``acquire`` marks the lane ready (``readyAt``) and grants it the GPU phase only when no lane
-  holds it and no other ready lane comes first: higher priority (winning-post 2, window-post
-  1, the others 0), then ready earlier, then arrived earlier. A holder asking again holds.
+  holds it and no other ready lane comes first: higher priority (its job's PriorityClass:
+  kuzk-critical 2, kuzk-high 1, kuzk-normal 0; for none or another class, its kind's:
+  winning-post 2, window-post 1, the others 0), then ready earlier, then arrived earlier. A
+  holder asking again holds.
 * The prover's writes are about the lane it joined: without that lane they are stale
   (refused, counted), and so is a GPU release of a lane that does not hold the GPU phase.
   Stages only move forward (a late report changes nothing and is not stale).
@@ -41,6 +43,7 @@ from datetime import datetime
 from typing import Any
 
 PRIORITY = {"winning-post": 2, "window-post": 1, "snap-update": 0, "porep-c2": 0}
+CLASS_PRIORITY = {"kuzk-critical": 2, "kuzk-high": 1, "kuzk-normal": 0}
 STAGES = ("starting", "synthesizing", "synth_done", "gpu", "committing")
 REPORTED = ("synthesizing", "synth_done")
 REMEMBERED = 8
@@ -99,7 +102,7 @@ class NodeModel:
         self.rejected += 1
         return False
 
-    def join(self, gpu: str, uid: str, kind: str, now: Any) -> str:
+    def join(self, gpu: str, uid: str, kind: str, now: Any, priority_class: str = "") -> str:
         found = self._find(uid)
         if found is not None:
             return found[0].id
@@ -107,7 +110,8 @@ class NodeModel:
         if worker is None:
             worker = ModelWorker(gpu_id(gpu), gpu)
             self.workers.append(worker)
-        worker.lanes.append(ModelLane(uid, PRIORITY.get(kind, 0)))
+        worker.lanes.append(ModelLane(uid, CLASS_PRIORITY.get(priority_class,
+                                                              PRIORITY.get(kind, 0))))
         return worker.id
 
     def stage(self, uid: str, stage: str, now: Any) -> bool:
@@ -203,7 +207,8 @@ class NodeModel:
                 {
                     "id": w.id,
                     "gpu": w.gpu,
-                    "lanes": [(x.uid, x.stage, x.ready is not None) for x in w.lanes],
+                    "lanes": [(x.uid, x.stage, x.ready is not None, x.priority)
+                              for x in w.lanes],
                     "holder": w.holder,
                     "completed": w.completed,
                     "previous": list(w.previous),
@@ -233,12 +238,12 @@ def observed(status: Mapping[str, Any]) -> dict[str, Any]:
         for lane in lanes:
             assert {"since", "priority"} <= lane.keys(), lane
             assert "heartbeat" not in lane, lane
-            assert lane["priority"] == PRIORITY[lane["job"]["proofKind"]], lane
         rows.append(
             {
                 "id": w["id"],
                 "gpu": w["gpu"]["uuid"],
-                "lanes": [(x["pod"]["uid"], x["stage"], "readyAt" in x) for x in lanes],
+                "lanes": [(x["pod"]["uid"], x["stage"], "readyAt" in x, x["priority"])
+                          for x in lanes],
                 "holder": holder,
                 "completed": w.get("completed", 0),
                 "previous": list(w.get("previousPodUIDs") or []),

@@ -71,6 +71,7 @@ def test_env_and_downward_api():
         "KUZK_PARTITION": "2",
         "KUZK_ATTEMPT": "3",
         "KUZK_PROOF_KIND": "snap-update",
+        "KUZK_PRIORITY_CLASS": "kuzk-normal",
         "KUZK_INPUT": plain["KUZK_INPUT"],
         "CUPY_CACHE_DIR": "/var/cache/kuzk/cupy",
         "KUZK_LOG_FORMAT": "text",
@@ -104,8 +105,12 @@ def test_env_and_downward_api():
     ids=["winning-post", "window-post", "porep-c2"],
 )
 def test_priority_class_by_kind(kind, priority):
+    """The pod's class, and the same name in its env, where its prover reads its lane's rank
+    for the GPU phase from."""
     pod = pod_manifest(resolve(Make.job(kind)), 0, 1, SETTINGS)
     assert pod["spec"]["priorityClassName"] == priority
+    assert env_of(pod)["KUZK_PRIORITY_CLASS"] == {"name": "KUZK_PRIORITY_CLASS",
+                                                   "value": priority}
 
 
 def test_prover_overrides():
@@ -134,6 +139,7 @@ def test_prover_overrides():
         "requests": {"cpu": "2"},
     }
     assert spec["priorityClassName"] == "batch-low"
+    assert env_of(pod)["KUZK_PRIORITY_CLASS"]["value"] == "batch-low"
     assert spec["serviceAccountName"] == "sa"
     assert spec["nodeSelector"] == {"gpu": "h100"}
     assert spec["tolerations"] == [toleration]

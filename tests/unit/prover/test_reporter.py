@@ -49,6 +49,17 @@ def test_prover_gpu_identity(devices: str, device: Gpu | None, expected: Gpu) ->
     )
 
 
+@pytest.mark.parametrize("priority_class", ["kuzk-critical", "team-urgent", ""])
+def test_the_lane_ranks_by_the_jobs_priority_class_from_the_env(priority_class: str) -> None:
+    """What KUZK_PRIORITY_CLASS says goes into the assignment, so the join writes its rank;
+    a pod without it (an earlier release) ranks by its kind."""
+    env = {**ENV, "KUZK_PROOF_KIND": "snap-update", "KUZK_PRIORITY_CLASS": priority_class}
+    reporter = ProverReporter.from_env(env, api=client.ApiClient())
+    assert reporter.assignment.priority_class == priority_class
+    assert reporter.assignment == Assignment(
+        "ns", "job", "job-uid", "snap-update", 0, 1, "job-p0-a1", "pod-uid", priority_class)
+
+
 def test_the_proof_and_the_lane_come_from_one_reading_of_the_env() -> None:
     env = {**ENV, "NVIDIA_VISIBLE_DEVICES": "GPU-a",
            "KUZK_INPUT": '{"sector": {"miner": 1, "number": 2}, "circuitLog2": 8,'
