@@ -127,20 +127,20 @@ def nodes(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
     Callable[..., ProcessKubelet]
 ]:
     """Start process-kubelet nodes for this test: ``nodes(2, gpus=2)``, with ``replicas=N``
-    time-slicing replicas per GPU. Node names are unique to the test; the nodes and their pods
-    are removed at teardown. When the test has a ``namespace``, its pods are scheduled only
-    onto these nodes (a namespace node selector), so a scheduler that still sees an earlier
-    test's node, as one did after an API server restart, cannot bind a pod to a node that is
-    gone."""
+    time-slicing replicas per GPU and ``memory`` allocatable. Node names are unique to the test;
+    the nodes and their pods are removed at teardown. When the test has a ``namespace``, its
+    pods are scheduled only onto these nodes (a namespace node selector), so a scheduler that
+    still sees an earlier test's node, as one did after an API server restart, cannot bind a
+    pod to a node that is gone."""
     stack = contextlib.ExitStack()
     prefix = f"{_short(request.node.name)[:20]}-{uuid.uuid4().hex[:4]}"
     if "namespace" in request.fixturenames:
         cluster.core.patch_namespace(request.getfixturevalue("namespace"), {"metadata": {
             "annotations": {NODE_SELECTOR: f"{TEST_NODES}={prefix}"}}})
 
-    def start(count: int = 1, *, gpus: int = 2, replicas: int = 1,
+    def start(count: int = 1, *, gpus: int = 2, replicas: int = 1, memory: str = "64Gi",
               **labels: str) -> ProcessKubelet:
-        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, replicas=replicas,
+        specs = [NodeSpec(f"{prefix}-n{i}", gpus=gpus, replicas=replicas, memory=memory,
                           labels={TEST_NODES: prefix, **labels})
                  for i in range(count)]
         kubelet = stack.enter_context(cluster.kubelet(specs))

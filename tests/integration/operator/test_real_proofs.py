@@ -8,15 +8,20 @@ Bad inputs fail their partition at once with the prover's one-line reason."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from kuzk.contract import api
 from testenv import filecoin
@@ -26,6 +31,7 @@ from tests.integration.operator.conftest import apply_job, get_job, wait_job
 from tests.integration.operator.test_worker_truth import (
     Sample,
     _lies,
+    _read_workers,
     _sample,
     _watch_versions,
     _written,
@@ -96,18 +102,22 @@ def verify(tools: filecoin.Tools, job: Path, proof: Path) -> subprocess.Complete
 
 
 def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filecoin.Tools,
-                    job: dict[str, Any], partitions: int, tmp_path: Path) -> None:
+                    job: dict[str, Any], partitions: int, tmp_path: Path,
+                    overlap: bool = False) -> None:
     """Apply ``job``, sample its GPUs' WorkerStatuses and the status server until it succeeds,
     read its proof back with kubectl and ``kuzk proof``, and verify it (and a changed copy)
-    with the library."""
+    with the library. With ``overlap``, some partition's synthesis must have run beside
+    another's GPU part."""
     name = job["metadata"]["name"]
     samples: list[Sample] = []
+    held: list[Held] = []
     versions: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []
     stop = threading.Event()
     with running(cluster, tmp_path / "status-server.log", "--namespace", namespace) as server:
         threads = [
             threading.Thread(target=_sample, args=(cluster, kubelet, namespace, stop, samples)),
+            threading.Thread(target=_sample_holders, args=(cluster, stop, held)),
             threading.Thread(target=_watch_versions, args=(cluster, stop, versions)),
             threading.Thread(target=_poll_status, args=(server, stop, shown)),
         ]
@@ -127,6 +137,13 @@ def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filec
                 thread.join()
     assert done["status"]["partitionCount"] == partitions == len(pods)
     assert done["status"]["succeeded"] == partitions
+    # The GPU phase is held only between a prover's synthesis and the end of its GPU part, by
+    # its own account (its log) against what its lane wrote (the samples).
+    phases = {uid: _phases(kubelet.runners[uid].containers[0].log.read_text()) for uid in pods}
+    assert all(p.entered for p in phases.values()), phases
+    assert _held_outside_the_gpu_part(held, phases) == []
+    assert len(held) >= 10
+    assert _synthesis_beside_gpu_work(phases) or not overlap, phases
     # Only the holder is ever in stage gpu, and no working prover's lane is lost; /status
     # never shows more of the job's partitions in gpu than GPUs held.
     assert _lies(samples) == []
@@ -157,6 +174,71 @@ def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filec
     assert "does not verify" in bad.stderr
 
 
+@dataclass
+class Phases:
+    """A prover's account of its proof (``gpu phase:`` lines, Unix seconds): when synthesis
+    started, and each batch's synthesized, entered and left times."""
+
+    synthesis_from: float | None
+    synthesized: list[float]
+    entered: list[float]
+    left: list[float]
+
+
+def _phases(log: str) -> Phases:
+    phases = Phases(None, [], [], [])
+    for step, at in re.findall(r"gpu phase: ([a-z ]+?) (?:from|at) (\d+\.\d+)", log):
+        if step == "synthesis":
+            phases.synthesis_from = float(at)
+        else:
+            getattr(phases, {"circuits synthesized": "synthesized", "enter": "entered",
+                             "leave": "left"}[step]).append(float(at))
+    return phases
+
+
+@dataclass(frozen=True)
+class Held:
+    """One read of every GPU's holder: when the read started and ended (Unix seconds), and
+    the pod UIDs it showed holding the GPU phase."""
+
+    start: float
+    end: float
+    holders: frozenset[str]
+
+
+def _sample_holders(cluster: Cluster, stop: threading.Event, held: list[Held]) -> None:
+    custom = client.CustomObjectsApi(cluster.api)
+    while not stop.wait(0.1):
+        start = time.time()
+        _, holders, _ = _read_workers(custom)
+        held.append(Held(start, time.time(), frozenset(h for h in holders.values() if h)))
+
+
+def _held_outside_the_gpu_part(held: list[Held], phases: dict[str, Phases]) -> list[str]:
+    """Reads that showed a pod holding the GPU phase outside every span from its circuits'
+    synthesis to its GPU part's end. A prover asks for the phase only after logging the first
+    and logs the second only once its release was written, so a read that ended before the
+    first, or started after the second, cannot show it holding."""
+    lies = []
+    for read in held:
+        for uid in read.holders:
+            p = phases[uid]
+            spans = zip(p.synthesized, [*p.left, *[math.inf] * len(p.synthesized)], strict=False)
+            if not any(synthesized < read.end and read.start < left
+                       for synthesized, left in spans):
+                lies.append(f"{uid} held at {read.start:.3f}-{read.end:.3f}: {p}")
+    return lies
+
+
+def _synthesis_beside_gpu_work(phases: dict[str, Phases]) -> bool:
+    """Whether some prover synthesized while another was in its GPU part."""
+    return any(
+        a.synthesis_from is not None and a.synthesized
+        and any(a.synthesis_from < left and entered < a.synthesized[0]
+                for entered, left in zip(b.entered, b.left, strict=False))
+        for a in phases.values() for b in phases.values() if a is not b)
+
+
 def _poll_status(server: StatusServer, stop: threading.Event,
                  shown: list[dict[str, Any]]) -> None:
     while not stop.wait(0.2):
@@ -183,9 +265,11 @@ def _gpu_counts(doc: dict[str, Any], name: str) -> tuple[int, int]:
 def test_a_real_window_post_over_eight_sectors_proves_in_four_partitions(
         cluster: Cluster, namespace: str, nodes: Any, real_operator: None, tools: filecoin.Tools,
         sealed: tuple[Path, list[dict[str, Any]]], claim: str, tmp_path: Path) -> None:
-    kubelet = nodes(1, gpus=2, replicas=2)
+    # Two lanes on one GPU: a partition synthesizes while the other lane's is in its GPU part.
+    kubelet = nodes(1, gpus=1, replicas=2)
     prove_and_check(cluster, namespace, kubelet, tools,
-                    real_job("wpost", "window-post", sealed[1], claim), 4, tmp_path)
+                    real_job("wpost", "window-post", sealed[1], claim), 4, tmp_path,
+                    overlap=True)
 
 
 def test_a_real_winning_post_proves_and_verifies(
@@ -291,3 +375,37 @@ def test_a_real_job_whose_volume_is_missing_waits_pending_saying_so(
     job = get_job(cluster, namespace, "no-volume")
     assert job is not None
     assert [p["state"] for p in job["status"]["partitions"]] == ["pending"]
+
+
+def test_memory_bounds_how_many_real_partitions_a_node_runs(
+        cluster: Cluster, namespace: str, nodes: Any, real_operator: None,
+        sealed: tuple[Path, list[dict[str, Any]]], claim: str, tmp_path: Path) -> None:
+    # Three WindowPoSt partitions (64Mi each at 2 KiB) on a node with a lane for each but
+    # memory for two: the third waits for memory, not for a lane, and runs once one is done.
+    nodes(1, gpus=1, replicas=3, memory="160Mi")
+    shown: list[dict[str, Any]] = []
+    stop = threading.Event()
+    with running(cluster, tmp_path / "status-server.log", "--namespace", namespace) as server:
+        poller = threading.Thread(target=_poll_status, args=(server, stop, shown))
+        poller.start()
+        try:
+            apply_job(cluster, namespace, real_job("bounded", "window-post", sealed[1][:6],
+                                                   claim))
+            done = wait_job(cluster, namespace, "bounded", "Succeeded", timeout=300)
+        finally:
+            stop.set()
+            poller.join()
+    assert done["status"]["succeeded"] == 3
+    events = cluster.core.list_namespaced_event(namespace).items
+    assert any(e.reason == "FailedScheduling" and "Insufficient memory" in (e.message or "")
+               for e in events), [(e.reason, e.message) for e in events]
+    pods = cluster.core.list_namespaced_pod(namespace).items
+    assert {p.spec.containers[0].resources.requests["memory"] for p in pods} == {"64Mi"}
+    assert not [p.metadata.name for p in pods
+                if (p.status.container_statuses or [None])[0] is not None
+                and p.status.container_statuses[0].state.terminated is not None
+                and p.status.container_statuses[0].state.terminated.reason == "OOMKilled"]
+    # /status says why a partition waits: the scheduler's reason, naming memory.
+    pending = [q for doc in shown if (p := _pipeline(doc, "bounded"))
+               for q in p["partitions"] if q["state"] == "pending" and q.get("message")]
+    assert any("Insufficient memory" in q["message"] for q in pending), pending
