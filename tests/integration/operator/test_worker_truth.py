@@ -1,14 +1,20 @@
 """With the real prover, the WorkerStatuses tell the truth while a job runs, and after a
-prover is SIGKILLed mid-``gpu`` the operator's finalizer release frees its worker."""
+prover is SIGKILLed mid-``gpu`` the operator's finalizer release frees its worker.
+
+What a test must see happen (two lanes on one GPU at once) it arranges with ``Gates``: the
+built-in prover run by ``programs/gated_prover.py`` waits, alive, at a stage until the test has
+seen what it waits for, instead of the test hoping that a fast machine overlaps them."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
@@ -23,6 +29,38 @@ from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 
 REAL_PROVER = ("--prover-command", json.dumps(["kuzk-prover"]))
+GATED_PROVER = Path(__file__).parents[1] / "programs" / "gated_prover.py"
+
+
+@dataclass
+class Gates:
+    """Steers ``programs/gated_prover.py``, the built-in prover that waits at the stages
+    ``set`` names for its pod (or "*": every pod) until ``release``."""
+
+    dir: Path
+
+    def __post_init__(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> tuple[str, str]:
+        """The operator's flag that makes partition pods run the gated prover."""
+        return ("--prover-command",
+                json.dumps([sys.executable, str(GATED_PROVER), str(self.dir)]))
+
+    def set(self, **stages: list[str]) -> None:
+        """``gates.set(**{"job-p0-a1": ["synthesizing"], "*": ["gpu"]})``"""
+        (self.dir / "gates.json").write_text(json.dumps(stages))
+
+    def waiting(self) -> set[tuple[str, str]]:
+        """The (pod, stage) pairs whose prover waits at its gate now."""
+        reached = {tuple(p.name.rsplit(".", 1)) for p in self.dir.iterdir()
+                   if not p.name.startswith(".") and p.name.count(".") == 1
+                   and p.suffix != ".json"}
+        return {(pod, stage) for pod, stage in reached
+                if not (self.dir / f"{pod}.{stage}.go").exists()}
+
+    def release(self, pod: str, stage: str) -> None:
+        (self.dir / f"{pod}.{stage}.go").touch()
 
 
 @dataclass
@@ -143,15 +181,28 @@ def _workers(cluster: Cluster, nodes: list[str]) -> list[dict[str, Any]]:
             for w in status.get("workers") or []]
 
 
+def _shared(versions: list[dict[str, Any]], uid: str) -> bool:
+    """Whether some written version shows the lane of pod ``uid`` beside another on its GPU."""
+    return any(uid in lanes and len(lanes) >= 2
+               for ws in list(versions) for w in (ws.get("status") or {}).get("workers") or []
+               for lanes in [{lane["pod"]["uid"] for lane in w.get("lanes") or []}])
+
+
 def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace: str, nodes,
-                                                    run_operator) -> None:
+                                                    run_operator, tmp_path: Path) -> None:
     """Two lanes per GPU (time-slicing replicas) on 2 nodes x 2 GPUs, sampled every 0.1 s:
     no lane of a working pod lost, never a lane in stage gpu that is not the holder (so never
     two lanes in one GPU's phase); as written (every version, through a watch): every
     partition held its GPU's phase, two lanes shared a GPU and never more; every partition
-    done, no pod left on its finalizer."""
+    done, no pod left on its finalizer. That two lanes share a GPU is arranged, not hoped
+    for: partition 0's prover waits, alive, with its lane synthesizing, until a written
+    version shows a second lane on its GPU (on a loaded machine a prover may otherwise end
+    before the next one on its GPU starts)."""
     kubelet = nodes(2, gpus=2, replicas=2)
-    run_operator(*REAL_PROVER)
+    gates = Gates(tmp_path / "gates")
+    first = api.pod_name("truth", 0, 1)
+    gates.set(**{first: ["synthesizing"]})
+    run_operator(*gates.command())
     samples: list[Sample] = []
     versions: list[dict[str, Any]] = []
     stop = threading.Event()
@@ -161,6 +212,12 @@ def test_worker_status_never_lies_during_a_real_job(cluster: Cluster, namespace:
         thread.start()
     try:
         apply_job(cluster, namespace, proofjob("truth", circuitLog2=18))
+        wait_for(lambda: (first, "synthesizing") in gates.waiting(), 120,
+                 f"{first}'s prover at its gate, its lane synthesizing")
+        uid = cluster.core.read_namespaced_pod(first, namespace).metadata.uid
+        wait_for(lambda: _shared(versions, uid), 120,
+                 f"a second lane written on the GPU of {first}'s waiting lane")
+        gates.release(first, "synthesizing")
         job = wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
         pods = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
         # The last holds were written before the job succeeded; the watch delivers them.

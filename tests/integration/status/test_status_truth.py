@@ -5,12 +5,16 @@ than LAG_S before the sample): the GPU's state, the holder of its GPU phase (job
 pod) and every lane with its stage; the order never changes; and at the end the counters and
 /metrics add up, and each GPU's busy and idle time add up to no more than the server's
 uptime. No sample shows more partitions in ``gpu`` than GPUs with a holder, each of them a
-holder, and every partition is seen ``committing``, in the WorkerStatuses (most of them in
-/status too); each lane's host memory is its prover's own resident memory in ``/proc`` since
-the lane's last write, each node's is the sum of its lanes' and, while its lanes wait or
-commit, agrees with its provers' at the moment of the sample, and their device memory is 0
-(NumPy). A failed job shows its failed partitions with their reason
-and leaves none pending."""
+holder, and every partition is seen ``committing``, in the WorkerStatuses and in /status;
+each lane's host memory is its prover's own resident memory in ``/proc`` since the lane's
+last write, each node's is the sum of its lanes' and, while its lanes wait or commit, agrees
+with its provers' at the moment of the sample, and their device memory is 0 (NumPy). A
+failed job shows its failed partitions with their reason and leaves none pending.
+
+What the samples must see (each partition synthesizing, in ``gpu`` and ``committing``, a GPU
+waiting for its lanes) is not left to the sampling's timing: the provers are the built-in one
+with gates (``Gates``), each waiting, alive, at those stages until a sample of /status has
+shown it there (and, for ``gpu``, the job's own status too)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
+from tests.integration.operator.test_worker_truth import Gates
 from tests.integration.status.server import StatusServer
 
 # How long after the API server a sample may still show a version: the watch's delivery plus
@@ -82,7 +87,9 @@ class Agreement:
     problems: list[str] = field(default_factory=list)
     worker_orders: set[tuple[str, ...]] = field(default_factory=set)
     committing_seen: set[int] = field(default_factory=set)
-    gpu_shown: int = 0
+    gpu_seen: set[int] = field(default_factory=set)
+    jobs_at: set[float] = field(default_factory=set)  # samples whose job lines were compared
+    rows_at: set[tuple[float, str]] = field(default_factory=set)  # (sample, GPU row) with lanes
 
 
 # A lane's stage, as the partition state it shows (``lanes.PARTITION_STATE``).
@@ -116,7 +123,7 @@ def check_holders(doc: dict[str, Any], seen: Agreement) -> None:
     for p in doc["pipelines"]:
         for q in p["partitions"]:
             if q["state"] == "gpu":
-                seen.gpu_shown += 1
+                seen.gpu_seen.add(q["index"])
                 if (p["job_id"], q["index"]) not in holders:
                     seen.problems.append(f"{p['job_id']} P{q['index']} shown in gpu, but the"
                                          f" GPUs' holders are {sorted(holders)}")
@@ -198,7 +205,10 @@ def _written(path: Path) -> bool:
 
 
 def measure(doc: dict[str, Any], kubelet: ProcessKubelet, workers: Versions,
-            memory: Memory) -> None:
+            memory: Memory) -> set[str]:
+    """Compare the document's lanes and nodes with the provers' memory now; the pods whose
+    lanes were compared."""
+    compared: set[str] = set()
     pids = {r.name: c.proc.pid for r in list(kubelet.runners.values())
             for c in r.containers if c.proc is not None}
     # A prover that wrote its result has let its arrays go and is about to leave its lane:
@@ -235,6 +245,7 @@ def measure(doc: dict[str, Any], kubelet: ProcessKubelet, workers: Versions,
             continue
         for lane in lanes:
             memory.lanes_compared += 1
+            compared.add(lane["pod"])
             if not lane_agrees(lane, memory.readings[pids[lane["pod"]]], doc["generated_at"]):
                 memory.problems.append(
                     f"{lane['pod']} ({lane['stage']}): host memory {lane['host_memory_bytes']}"
@@ -246,6 +257,43 @@ def measure(doc: dict[str, Any], kubelet: ProcessKubelet, workers: Versions,
             memory.ratio_lanes.append(
                 f"{n['node']}: provers hold {measured} now; lanes"
                 f" {[(lane['pod'], lane['stage'], lane['host_memory_bytes']) for lane in lanes]}")
+    return compared
+
+
+# The stages every prover waits at until a sample shows it there; a lane in each shows as the
+# partition state of the same name.
+GATED = ("synthesizing", "gpu", "committing")
+
+
+def at_gate(doc: dict[str, Any], nodes: list[str], pod: str, stage: str,
+            jobs: Versions) -> tuple[str, int] | None:
+    """The GPU row (``node/worker``) and the partition of ``pod``'s lane where the document
+    shows it in the ``stage`` its prover waits at, its job's line too (and for ``gpu``, the
+    lane the holder of a GPU in state gpu, and the job's newest version says gpu as well:
+    the operator wrote it); None where it does not."""
+    for w in doc["gpu_workers"]:
+        lane = next((x for x in w["lanes"] if x["pod"] == pod), None)
+        if w["node"] not in nodes or lane is None:
+            continue
+        if stage == "gpu":
+            if (w["holder"] or {}).get("pod") != pod or w["state"] != "gpu":
+                return None
+        elif lane["stage"] != stage:
+            return None
+        p = next((p for p in doc["pipelines"] if p["job_id"] == lane["job_id"]), None)
+        states = {q["index"]: q["state"] for q in (p or {}).get("partitions") or []}
+        if states.get(lane["partition"]) != stage:
+            return None
+        if stage == "gpu":
+            with jobs.lock:
+                history = jobs.seen.get(p["name"] if p else "", [])
+                newest = history[-1][1] if history else {}
+            told = {q["index"]: q["state"]
+                    for q in (newest.get("status") or {}).get("partitions") or []}
+            if told.get(lane["partition"]) != "gpu":
+                return None
+        return f"{w['node']}/{w['worker_id']}", lane["partition"]
+    return None
 
 
 def _current(seen: Agreement, what: str, found: tuple[dict[str, Any], float | None] | None,
@@ -272,6 +320,7 @@ def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
         if job is None:
             continue
         seen.jobs_compared += 1
+        seen.jobs_at.add(t)
         truth = [(q["index"], q["state"], q["attempt"], q.get("node"), q.get("worker"))
                  for q in (job.get("status") or {}).get("partitions") or []]
         shown = [(q["index"], q["state"], q["attempt"], q["node"], q["worker"])
@@ -297,6 +346,7 @@ def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
                      held["partition"], held["pod"]["name"], lanes)
         if lanes:
             seen.proving_compared += 1
+            seen.rows_at.add((t, f"{row['node']}/{row['worker_id']}"))
         seen.states_seen.add(row["state"])
         holder = row["holder"] or {}
         shown = (row["state"], row["current_job"], row["current_partition"], holder.get("pod"),
@@ -307,23 +357,35 @@ def compare(t: float, doc: dict[str, Any], jobs: Versions, workers: Versions,
 
 
 def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespace: str, nodes,
-                                                      operator, status_server) -> None:
+                                                      operator, status_server,
+                                                      tmp_path: Path) -> None:
     kubelet: ProcessKubelet = nodes(2, gpus=2, replicas=2)
     names = sorted(kubelet.nodes)
-    operator(real_prover=True)
+    gates = Gates(tmp_path / "gates")
+    gates.set(**{"*": list(GATED)})
+    operator(*gates.command())
     server: StatusServer = status_server()
     custom = client.CustomObjectsApi(cluster.api)
     jobs, workers = Versions(), Versions()
     samples: list[tuple[float, dict[str, Any]]] = []
     memory = Memory()
+    # (pod, stage) -> the sample that showed its prover at that gate, the GPU row and partition
+    gated: dict[tuple[str, str], tuple[float, str, int]] = {}
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.1):
             t = time.monotonic()
             doc = server.status(namespace=namespace)
-            measure(doc, kubelet, workers, memory)
+            measured = measure(doc, kubelet, workers, memory)
             samples.append((t, doc))
+            # A prover at a gate goes on once a sample showed it there, its lane's memory
+            # compared with its prover's.
+            for pod, stage in gates.waiting():
+                found = at_gate(doc, names, pod, stage, jobs)
+                if found is not None and pod in measured:
+                    gated[(pod, stage)] = (t, *found)
+                    gates.release(pod, stage)
 
     threads = [
         threading.Thread(target=record, args=(
@@ -337,10 +399,8 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     for thread in threads:
         thread.start()
     try:
-        # 2^18 rows: each partition proves for a second or so, so the 0.2 s samples see its
-        # worker proving (at 2^12 a proof took milliseconds and CI once saw 9 such samples).
         apply_job(cluster, namespace, proofjob("truth", circuitLog2=18))
-        wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
+        job = wait_job(cluster, namespace, "truth", "Succeeded", timeout=300)
     finally:
         stop.set()
         for thread in threads:
@@ -349,32 +409,36 @@ def test_status_tells_the_truth_while_a_real_job_runs(cluster: Cluster, namespac
     for t, doc in samples:
         compare(t, doc, jobs, workers, names, seen)
     assert seen.problems == []
-    assert seen.jobs_compared >= 20, seen
-    assert seen.gpu_shown >= 10, seen
+    # Every partition's prover waited at each gate until a sample showed it there: every
+    # partition seen synthesizing, in gpu and committing, on /status, and each of those
+    # samples' job line and the lane's GPU row agreed with the API's versions they name.
+    proved = {p["pod"] for p in job["status"]["partitions"]}
+    assert {(pod, stage) for pod in proved for stage in GATED} <= set(gated), sorted(gated)
+    assert {t for t, _, _ in gated.values()} <= seen.jobs_at, seen
+    assert {(t, row) for t, row, _ in gated.values()} <= seen.rows_at, seen
+    assert seen.gpu_seen == set(range(16)), seen
     # The job's own status (kubectl get pj -o yaml, the demo's line) never has more
     # partitions in gpu than the fleet has GPUs: a committing lane is not on one.
     most = max(sum(q["state"] == "gpu" for q in (obj.get("status") or {}).get("partitions") or [])
                for history in jobs.seen.values() for _, obj in history)
     assert 1 <= most <= 4, most
-    # Every partition's lane committed after giving the GPU up, as the WorkerStatuses say; a
-    # commitment at 2^18 takes milliseconds, and with one writer set per GPU the leave that
-    # ends it is seldom retried, so /status (rendered at most once a second under load) shows
-    # more than half of them (9 to 14 in runs here; the watch above sees every one).
+    # Every partition's lane committed after giving the GPU up, as the WorkerStatuses say
+    # (the watch sees every version) and as /status showed.
     assert committed(workers) == {(f"{namespace}/truth", i) for i in range(16)}
-    assert len(seen.committing_seen) >= 6, seen.committing_seen
+    assert seen.committing_seen == set(range(16)), seen.committing_seen
     # Each lane's figure is its prover's resident memory at the lane's last write, and the
     # node's is their sum; where every lane's stage keeps its memory, the node's agrees with
     # /proc at the moment of the sample.
     assert memory.problems == [], memory.problems[:5]
-    assert memory.lanes_compared >= 40, memory
+    assert memory.lanes_compared >= len(gated), memory
     assert all(0.8 <= r <= 1.2 for r in memory.ratios), [
         (r, lanes) for r, lanes in zip(memory.ratios, memory.ratio_lanes, strict=True)
         if not 0.8 <= r <= 1.2]
     assert all(shown == counted for shown, counted in memory.synthesizing)
     assert any(shown > 0 for shown, _ in memory.synthesizing)
     assert memory.device == {0}, memory.device
-    assert seen.proving_compared >= 10, seen
-    # Lanes start and synthesize on the CPU before any holds the GPU phase.
+    # Lanes start and synthesize on the CPU before any holds the GPU phase: the first sample
+    # that showed a GPU's lanes showed them at the synthesizing gate, the GPU waiting.
     assert {"waiting", "gpu"} <= seen.states_seen, seen
     # the workers keep one order in every sample that shows all four
     assert len({order for order in seen.worker_orders if len(order) == 4}) == 1
