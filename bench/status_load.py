@@ -278,7 +278,8 @@ async def load(urls: list[str], clients: int, seconds: float, *, conditional: bo
                 t = time.perf_counter()
                 try:
                     async with session.get(url, headers=headers) as response:
-                        received += len(await response.read())
+                        body = await response.read()
+                        received += len(body)
                         codes[str(response.status)] += 1
                         etag = response.headers.get("ETag", etag)
                 except (aiohttp.ClientError, TimeoutError) as error:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from kuzk.status.query import Expired, Query
 CACHE_BYTES = 32 * 1024 * 1024
 PLAIN_KEPT = 2 * 1024 * 1024
 GZIP_LEVEL = 6
+GZIP_WBITS = 31  # zlib's gzip container
+PIECES_PACKED = 4096  # pieces compressed at a time: a few hundred kB
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Source(Protocol):
     @property
     def clock(self) -> Callable[[], float]: ...
 
-    def prepare(self, templates: Mapping[str, Template]) -> Preparation: ...
+    def prepare(self, templates: Mapping[str, Template], revision: int) -> Preparation: ...
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,15 @@ Made = tuple[bytes, bytes | None]  # an answer's gzip, and its body where it is 
 
 
 def _assemble(m: Moment, q: Query) -> Made:
-    body = fragments.assemble(m, q)
-    return gzip.compress(body, GZIP_LEVEL), body if len(body) <= PLAIN_KEPT else None
+    """An answer's gzip, compressed as its pieces come (a large body is never joined whole),
+    and its body where it is small."""
+    pieces = fragments.assemble(m, q)
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_WBITS)
+    packed = [packer.compress(b"".join(pieces[at:at + PIECES_PACKED]))
+              for at in range(0, len(pieces), PIECES_PACKED)]
+    packed.append(packer.flush())
+    small = sum(map(len, pieces)) <= PLAIN_KEPT
+    return b"".join(packed), b"".join(pieces) if small else None
 
 
 def _next(p: Preparation, serial: int, keep_finished: float,
@@ -162,7 +172,8 @@ class Answers:
         their pollers find them ready."""
         try:
             last = self.moment
-            p = self.source.prepare(last.templates if last else {})
+            p = self.source.prepare(last.templates if last else {},
+                                    last.revision if last else -1)
             asked = [q for q in self._kept if q in self._asked]
             made, answers = await asyncio.to_thread(
                 _next, p, (last.serial if last else 0) + 1, self.source.keep_finished, asked)

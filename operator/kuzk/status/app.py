@@ -215,7 +215,8 @@ def make_app(view: StatusView, source: Source | None = None) -> web.Application:
 def serve(source: Source, *, host: str, port: int, keep_finished: float,
           gpu_resource: str = DEFAULT_GPU_RESOURCE) -> None:
     """Run the status server until SIGINT or SIGTERM."""
-    view = StatusView(keep_finished=keep_finished, gpu_resource=gpu_resource)
+    view = StatusView(keep_finished=keep_finished, gpu_resource=gpu_resource,
+                      freeze_first_lists=True)
     log.info("serving on %s:%d", host, port)
     # What web.run_app does, with the Runner above: SIGINT and SIGTERM end the loop with
     # GracefulExit, and asyncio.run cancels _serve, whose cleanup stops the watches.

@@ -1,5 +1,7 @@
 """The running server against bad requests: each gets a clear 4xx, and /healthz answers
-throughout, also while 500 connections sit open sending nothing."""
+throughout, also while 500 connections sit open sending nothing. Pages of ProofJobs written to
+the API server: bad page parameters get 400 naming the parameter, and a page token of a
+listing a new job changed gets 410 with a token the client goes on with."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ import socket
 
 import requests
 
+from testenv.cluster import Cluster
+from testenv.waiting import wait_for
+from tests.integration.operator.conftest import apply_job, proofjob
 from tests.integration.status.server import StatusServer
 
 
@@ -42,3 +47,31 @@ def test_bad_requests_get_clear_4xx_and_healthz_keeps_answering(status_server) -
         for s in silent:
             s.close()
     assert "Traceback" not in server.log.read_text()
+
+
+def test_pages_refuse_bad_parameters_and_expire_when_the_listing_changes(
+        status_server, kuzk_installed: Cluster, namespace: str) -> None:
+    server: StatusServer = status_server()
+    for name in ("job-a", "job-b"):
+        apply_job(kuzk_installed, namespace, proofjob(name))
+
+    def names() -> list[str]:
+        return [p["name"] for p in server.status()["pipelines"]]
+
+    wait_for(lambda: names() == ["job-a", "job-b"], 30, "both jobs on /status")
+    for params, parameter in [({"limit": "0"}, "limit"), ({"limit": "-1"}, "limit"),
+                              ({"continue": "forged"}, "continue"),
+                              ({"fields": "fleet,colour"}, "fields")]:
+        bad = server.get("/status", params=params)
+        assert (bad.status_code, bad.json()["parameter"]) == (400, parameter), params
+    first = server.status(limit="1")
+    assert [p["name"] for p in first["pipelines"]] == ["job-a"]
+    token = first["metadata"]["continue"]
+    assert first["metadata"]["remaining_item_count"] == 1
+    apply_job(kuzk_installed, namespace, proofjob("job-c"))
+    wait_for(lambda: names() == ["job-a", "job-b", "job-c"], 30, "the third job on /status")
+    gone = server.get("/status", params={"limit": "1", "continue": token})
+    assert (gone.status_code, gone.json()["reason"]) == (410, "Expired")
+    rest = server.status(limit="5", **{"continue": gone.json()["continue"]})
+    assert [p["name"] for p in rest["pipelines"]] == ["job-b", "job-c"]
+    assert rest["metadata"] == {"continue": None, "remaining_item_count": 0}

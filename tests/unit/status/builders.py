@@ -55,7 +55,7 @@ def lane(job: str, partition: int, *, stage: str = "synthesizing", attempt: int 
     return lane_model.Lane(
         pod=lane_model.PodRef(f"{job}-p{partition}-a{attempt}", f"pod-{job}-{partition}-{attempt}"),
         job=lane_model.JobRef(namespace, job, f"uid-{job}", kind),
-        partition=partition, attempt=attempt, priority=lane_priority(kind),
+        partition=partition, attempt=attempt, priority=lane_priority(kind, ""),
         stage=lane_model.LaneStage(stage), since=at(since),
         ready_at=None if ready is None else at(ready),
         not_live_since=None if not_live is None else at(not_live))

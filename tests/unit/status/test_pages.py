@@ -2,11 +2,13 @@
 every job's line from its template, through changes of jobs, lanes, pods and time; pages follow
 ``metadata.continue`` through every job once; a token of a listing that changed is refused
 (``Expired``) with one going on from the same job; ``fields`` chooses the fields; a job's line
-is made again only when what it shows changed; the answers kept stay within their budget."""
+is made again only when what it shows changed; the answers kept stay within their budget; a
+server sets its first lists aside from the garbage collector."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 from kuzk.status import answers, query
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.query import Expired, Query
-from kuzk.status.view import StatusView
+from kuzk.status.view import RESOURCES, StatusView
 from tests.unit.status import builders as b
 from tests.unit.status.conftest import Clock, Feed
 
@@ -189,3 +191,17 @@ async def test_the_answers_kept_stay_within_their_budget(
     kept = view.answers._kept
     assert 1 < len(kept) < 9
     assert sum(a.size for a in kept.values()) <= 3 * whole
+
+
+def test_a_server_sets_its_first_lists_aside_from_the_collector(clock: Clock) -> None:
+    view = StatusView(keep_finished=600, clock=clock, freeze_first_lists=True)
+    for resource in RESOURCES:
+        view.add_watch(resource, resource)
+    try:
+        for resource in RESOURCES[:-1]:
+            view.listed(resource, [])
+        assert gc.get_freeze_count() == 0
+        view.listed(RESOURCES[-1], [])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

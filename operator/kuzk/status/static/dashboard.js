@@ -183,8 +183,10 @@ function renderJobs(d, drift) {
 }
 
 function renderPager(d) {
+  const shown = d.pipelines.length;
   document.getElementById("page-label").textContent =
-    `page ${page + 1} · ${d.pipelines.length} jobs · ${d.metadata.remaining_item_count} more`;
+    `page ${page + 1} · ${shown} job${shown === 1 ? "" : "s"} · ` +
+    `${d.metadata.remaining_item_count} more`;
   document.getElementById("prev").disabled = page === 0;
   document.getElementById("next").disabled = d.metadata.continue === null;
 }
