@@ -279,6 +279,26 @@ async def test_metrics_match_status(http: Client, feed: Feed, clock: Clock) -> N
     assert value("process_resident_memory_bytes") > 0
 
 
+async def test_metrics_partitions_follow_jobs_and_lanes_between_scrapes(
+        http: Client, feed: Feed, view: StatusView) -> None:
+    fill(feed)
+
+    async def partitions(state: str) -> float:
+        text = await (await http.get("/metrics")).text()
+        return sum(s.value for family in text_string_to_metric_families(text)
+                   for s in family.samples if s.name == "kuzk_partitions"
+                   and s.labels == {"namespace": "ns", "state": state,
+                                    "proof_kind": "snap-update"})
+
+    assert (await partitions("done"), await partitions("gpu")) == (1, 1)
+    change(view)  # job a's partition 1 done
+    assert (await partitions("done"), await partitions("gpu")) == (2, 0)
+    # a lane of job a's partition 2 synthesizing
+    view.event("workerstatuses", "MODIFIED", workerstatus(
+        "gpu-1", worker("W0", "waiting", job="a", partition=2), worker("W1"), stale=2))
+    assert (await partitions("synthesizing"), await partitions("pending")) == (1, 0)
+
+
 async def test_the_dashboard_is_served_without_external_resources(http: Client) -> None:
     page = await http.get("/")
     assert page.status == 200
