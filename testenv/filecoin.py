@@ -45,8 +45,8 @@ def build(*, only_print: bool = False, kinds: Sequence[str] = ()) -> Tools:
     is; with ``only_print``, where it would be. The parameters of window-post and winning-post
     are always made; ``kinds`` asks for others' too (porep-c2, snap-update: 10 to 20 minutes
     each on first use)."""
-    params = ["--params", *kinds] if kinds else []
-    done = subprocess.run([str(BUILD), *(["--print"] if only_print else params)], check=True,
+    wanted = ["--params", *kinds] if kinds else []
+    done = subprocess.run([str(BUILD), *(["--print"] if only_print else wanted)], check=True,
                           stdout=subprocess.PIPE, text=True, timeout=3600)
     bin_dir, params = done.stdout.strip().splitlines()[-2:]
     return Tools(Path(bin_dir), Path(params))
