@@ -77,7 +77,8 @@ def real_operator(run_operator: Callable[..., Any], tools: filecoin.Tools) -> No
 
 
 def real_job(name: str, kind: str, sectors: list[dict[str, Any]], claim: str,
-             size: str = "2KiB", randomness: str | None = RANDOMNESS) -> dict[str, Any]:
+             size: str = "2KiB", randomness: str | None = RANDOMNESS,
+             deadline: int = 300) -> dict[str, Any]:
     """A real ProofJob; ``randomness`` None leaves it out (a porep-c2's or snap-update's)."""
     return {
         "apiVersion": api.API_VERSION,
@@ -90,7 +91,7 @@ def real_job(name: str, kind: str, sectors: list[dict[str, Any]], claim: str,
             "backoffLimitPerPartition": 0,
             # A WinningPoSt's default deadline (25 s) is the chain's; a test machine busy
             # with other work may take longer, which is not what these tests check.
-            "activeDeadlineSeconds": 300,
+            "activeDeadlineSeconds": deadline,
             "filecoin": {"sectorSize": size, "volume": {"claimName": claim},
                          "sectors": sectors},
         },
@@ -106,7 +107,7 @@ def verify(tools: filecoin.Tools, job: Path, proof: Path) -> subprocess.Complete
 
 def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filecoin.Tools,
                     job: dict[str, Any], partitions: int, tmp_path: Path,
-                    overlap: bool = False) -> None:
+                    overlap: bool = False, timeout: float = 400) -> None:
     """Apply ``job``, sample its GPUs' WorkerStatuses and the status server until it succeeds,
     read its proof back with kubectl and ``kuzk proof``, and verify it (and a changed copy)
     with the library. With ``overlap``, some partition's synthesis must have run beside
@@ -128,7 +129,7 @@ def prove_and_check(cluster: Cluster, namespace: str, kubelet: Any, tools: filec
             thread.start()
         try:
             apply_job(cluster, namespace, job)
-            done = wait_job(cluster, namespace, name, "Succeeded", timeout=400)
+            done = wait_job(cluster, namespace, name, "Succeeded", timeout=timeout)
             pods = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
             wait_for(lambda: _written(versions)[0] >= pods, 30,
                      "every partition's hold of the GPU phase, as written")
@@ -296,6 +297,7 @@ def test_a_real_winning_post_proves_and_verifies(
     reason=f"PoRep C2 and SnapDeals at 2 KiB take minutes each, and their parameters 10 to 20"
            f" more on first use: {SLOW_PROOFS}=1 runs them")
 @pytest.mark.parametrize("kind", ["porep-c2", "snap-update"])
+@pytest.mark.timeout(3600)
 def test_a_real_porep_c2_and_snap_update_prove_and_verify(
         cluster: Cluster, namespace: str, nodes: Any, run_operator: Callable[..., Any],
         sealed: tuple[Path, list[dict[str, Any]]], claim: str, tmp_path: Path,
@@ -308,8 +310,10 @@ def test_a_real_porep_c2_and_snap_update_prove_and_verify(
         sectors = filecoin.seal(tools, sealed[0], miner=MINER, first=1, count=1, kind=kind)
     else:
         sectors = filecoin.update(tools, sealed[0], miner=MINER, first=1, count=1)
+    # A C2 takes about a minute on two idle cores, many more beside other work.
     prove_and_check(cluster, namespace, kubelet, tools,
-                    real_job(kind, kind, sectors, claim, randomness=None), 1, tmp_path)
+                    real_job(kind, kind, sectors, claim, randomness=None, deadline=1800), 1,
+                    tmp_path, timeout=1800)
 
 
 def _failed_message(cluster: Cluster, namespace: str, name: str) -> str:
