@@ -24,10 +24,9 @@ from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
-from kuzk.contract.listwatch import KubeClient
 from kuzk.status import metrics, query
 from kuzk.status.view import StatusView
-from kuzk.status.watches import Watches
+from kuzk.status.watches import PagedClient, Watches
 
 STATIC = Path(__file__).parent / "static"
 QUERY_LIMIT = 8 * 1024
@@ -185,7 +184,7 @@ async def index(request: web.Request) -> web.FileResponse:
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:
     source = app[SOURCE]
-    kube = KubeClient(source.configuration)
+    kube = PagedClient(source.configuration)
     watches = Watches.start(kube, app[VIEW], list(source.namespaces), source.ledger)
     try:
         yield
