@@ -76,7 +76,7 @@ PATH_MAX = 1024
 # SnapDeals update Lotus schedules as a C2; WindowPoSt 96 + 32 GiB; WinningPoSt 1 + 32 GiB;
 # at 64 GiB 190 + 64, 120 + 64 and 1 + 64). At the test sizes, the peak resident memory
 # measured at 2 KiB with headroom (WindowPoSt 38 MB, WinningPoSt 131 MB, C2 2.8 GB,
-# SnapDeals 1.6 GB); 8 MiB and 512 MiB are not measured and take the 2 KiB figures.
+# SnapDeals 1.5 GB); 8 MiB and 512 MiB are not measured and take the 2 KiB figures.
 MEMORY_REQUESTS = {
     "32GiB": {"window-post": "128Gi", "winning-post": "33Gi", "porep-c2": "182Gi",
               "snap-update": "182Gi"},
