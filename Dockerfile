@@ -11,6 +11,15 @@
 #       `kuzk-fil-prover` (Rust, filecoin-proofs on the CPU), built from its locked sources in
 #       RUST_IMAGE (any image with cargo and a C linker whose glibc is not newer than the
 #       base's)
+#   docker build --target prover -t kuzk-prover-cuda --build-arg FIL_PROVER_FEATURES=cuda \
+#       --build-arg BASE_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04 --build-arg EXTRAS=gpu .
+#       the same with `kuzk-fil-prover` built with its `cuda` feature: Groth16 proving on the
+#       GPU (CUDA 13: the node needs an NVIDIA driver of the 580 series or newer, whose
+#       libcuda.so.1 the NVIDIA container toolkit mounts; no GPU is needed to build). nvcc
+#       comes from NVIDIA's CUDA 13.0 compiler wheels (stage cuda-toolchain, pip on the base);
+#       RUST_IMAGE must then also have a C++ compiler (nvcc's host compiler). CUDA_ARCHS
+#       names the GPUs' compute capabilities (default "80 86 89 90", prover_image/fil_prover/
+#       cuda/nvcc_args.sh)
 #
 # BASE_IMAGE is any Debian or Ubuntu image (python3 3.11 or later and its venv module are
 # installed when missing); EXTRAS names more extras of the prover to install (`gpu`: CuPy). The test
@@ -19,14 +28,10 @@
 # volume (an emptyDir) at /var/cache/kuzk when the root filesystem is read-only.
 ARG BASE_IMAGE=python:3.12-slim
 ARG RUST_IMAGE=rust:1-bookworm
-
-FROM ${RUST_IMAGE} AS build-fil-prover
-WORKDIR /src/fil_prover
-COPY prover_image/fil_prover ./
-# The target directory is a build cache: a rebuild compiles only what changed.
-RUN --mount=type=cache,target=/src/fil_prover/target \
-    cargo build --release --locked \
-    && install -D -m 0755 target/release/kuzk-fil-prover /out/kuzk-fil-prover
+# kuzk-fil-prover's cargo features: empty (CPU only) or `cuda`; it also picks the stage the
+# Rust build runs in (fil-prover-builder-cpu or fil-prover-builder-cuda), so the default build
+# never makes the CUDA toolchain.
+ARG FIL_PROVER_FEATURES=
 
 FROM ${BASE_IMAGE} AS base
 ENV DEBIAN_FRONTEND=noninteractive
@@ -38,6 +43,45 @@ RUN if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then \
         && apt-get install -y --no-install-recommends python3 python3-venv \
         && rm -rf /var/lib/apt/lists/*; \
     fi
+
+# nvcc for the CUDA build: NVIDIA's CUDA 13.0 compiler wheels (nvcc, its NVVM, the C runtime's
+# and the runtime's headers), unpacked to /opt/cuda. The binary links none of their libraries.
+FROM base AS cuda-toolchain
+ARG CUDA_VERSION=13.0.88
+ARG CUDA_RUNTIME_VERSION=13.0.96
+RUN python3 -m venv /tmp/pip \
+    && /tmp/pip/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps \
+        --target /tmp/wheels "nvidia-cuda-nvcc==${CUDA_VERSION}" "nvidia-nvvm==${CUDA_VERSION}" \
+        "nvidia-cuda-crt==${CUDA_VERSION}" "nvidia-cuda-runtime==${CUDA_RUNTIME_VERSION}" \
+    && mv /tmp/wheels/nvidia/cu13 /opt/cuda \
+    && rm -rf /tmp/pip /tmp/wheels
+
+# Never leave this stage empty: podman 4.3 building with --layers=false (the test bed) deletes
+# the image an instruction-less stage starts from, here RUST_IMAGE itself.
+FROM ${RUST_IMAGE} AS fil-prover-builder-cpu
+WORKDIR /src/fil_prover
+
+FROM fil-prover-builder-cpu AS fil-prover-builder-cuda
+COPY --from=cuda-toolchain /opt/cuda /opt/cuda
+ENV PATH=/opt/cuda/bin:$PATH
+
+# hadolint ignore=DL3006
+FROM fil-prover-builder-${FIL_PROVER_FEATURES:-cpu} AS build-fil-prover
+ARG FIL_PROVER_FEATURES
+WORKDIR /src/fil_prover
+ARG CUDA_ARCHS=
+COPY prover_image/fil_prover ./
+# The target directory is a build cache: a rebuild compiles only what changed. The CUDA build
+# keeps its own (target/cuda), links against a stub of the driver's libcuda.so.1 (the binary
+# needs the real one at run time) and compiles the kernels for CUDA_ARCHS.
+RUN --mount=type=cache,target=/src/fil_prover/target \
+    if [ -n "${FIL_PROVER_FEATURES}" ]; then \
+        cuda/libcuda_stub.sh /tmp/libcuda-stub \
+        && EC_GPU_CUDA_NVCC_ARGS="$(cuda/nvcc_args.sh ${CUDA_ARCHS})" \
+        && export CUDA_LIBRARY_PATH=/tmp/libcuda-stub CARGO_TARGET_DIR=target/cuda EC_GPU_CUDA_NVCC_ARGS; \
+    fi \
+    && cargo build --release --locked --features "${FIL_PROVER_FEATURES}" \
+    && install -D -m 0755 "${CARGO_TARGET_DIR:-target}/release/kuzk-fil-prover" /out/kuzk-fil-prover
 
 FROM base AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -8,7 +8,9 @@ prover), at the versions constraints.txt pins, copies every package directory py
 names, takes its base image as a build argument that defaults to what
 a user pulls, and that each target (the operator image by default, the prover image by
 ``--target prover``) ends as a non-root user and starts a console script that pyproject.toml
-declares. tests/e2e/test_images.py builds and runs both targets for real.
+declares. tests/e2e/test_images.py builds and runs both targets for real. The real prover's
+CUDA build is a build argument (FIL_PROVER_FEATURES=cuda) that the default build never
+touches: its toolchain stage is outside the default graph (``testenv/images --cuda`` builds it).
 """
 
 from __future__ import annotations
@@ -103,12 +105,16 @@ def _pip_targets(command: str) -> list[list[str]]:
 
 
 def _installs() -> dict[str, tuple[str, str]]:
-    """Each stage that pip-installs: (its RUN arguments, the one target it installs)."""
+    """Each stage that pip-installs the project: (its RUN arguments, the one target it
+    installs). The CUDA toolchain's stage pip-installs NVIDIA's compiler wheels only, into a
+    directory of their own, not the project (checked by the CUDA build's test)."""
     found = {}
     for stage, instructions in _stages().items():
         for keyword, args in instructions:
             if keyword == "RUN":
                 for target in _pip_targets(args):
+                    if stage == "cuda-toolchain":
+                        continue
                     assert stage not in found, f"stage {stage} installs twice"
                     (found[stage],) = [(args, t) for t in target]
     return found
@@ -179,10 +185,75 @@ def test_base_image_is_a_build_argument() -> None:
         if keyword == "FROM":
             image, _, stage = args.partition(" AS ")
             # Only the real prover's build runs on the Rust toolchain's image.
-            allowed = {"${RUST_IMAGE}"} if stage.strip() == "build-fil-prover" else {
-                "${BASE_IMAGE}", *stages}
-            assert image in allowed, f"FROM {args}"
+            if stage.strip() == "fil-prover-builder-cpu":
+                assert image == "${RUST_IMAGE}", f"FROM {args}"
+            elif stage.strip() == "build-fil-prover":
+                for features in ("", "cuda"):
+                    parent = _shell_expand(image, {"FIL_PROVER_FEATURES": features})
+                    assert parent in stages, f"FROM {args} with FIL_PROVER_FEATURES={features}"
+            else:
+                assert image in {"${BASE_IMAGE}", *stages}, f"FROM {args}"
             stages.add(stage.strip())
+
+
+def _depends_on(target: str, features: str) -> set[str]:
+    """The stages a build of ``target`` runs with FIL_PROVER_FEATURES=features: each stage's
+    parent (FROM, the build argument expanded) and the stages it copies from."""
+    stages = _stages()
+    seen: set[str] = set()
+    todo = [target]
+    while todo:
+        stage = todo.pop()
+        if stage in seen:
+            continue
+        seen.add(stage)
+        for keyword, args in stages[stage]:
+            if keyword == "FROM":
+                parent = _shell_expand(args.partition(" AS ")[0], {"FIL_PROVER_FEATURES": features})
+                if parent in stages:
+                    todo.append(parent)
+            elif keyword == "COPY" and args.startswith("--from="):
+                todo.append(args.split()[0].removeprefix("--from="))
+    return seen
+
+
+def test_no_stage_is_empty() -> None:
+    """podman 4.3 building with --layers=false (testenv/images) deletes the image an
+    instruction-less stage starts from: the test bed's base or its Rust builder."""
+    empty = [stage for stage, instructions in _stages().items() if len(instructions) < 2]
+    assert not empty, f"stages with no instruction but FROM: {empty}"
+
+
+def test_the_cuda_build_of_the_real_prover_is_a_build_argument_the_default_never_builds() -> None:
+    """FIL_PROVER_FEATURES (empty by default) goes to cargo's --features and picks the stage
+    the Rust build runs in: `cuda` adds the CUDA toolchain stage (nvcc from NVIDIA's wheels,
+    the same release testenv/build_filecoin --cuda installs), the default build leaves it out."""
+    instructions = _instructions()
+    first_from = next(i for i, (kw, _) in enumerate(instructions) if kw == "FROM")
+    globals_ = {args.partition("=")[0]: args.partition("=")[2]
+                for kw, args in instructions[:first_from] if kw == "ARG"}
+    assert globals_.get("FIL_PROVER_FEATURES") == ""
+    assert "cuda-toolchain" not in _depends_on("prover", "")
+    assert "cuda-toolchain" not in _depends_on("operator", "")
+    assert {"cuda-toolchain", "fil-prover-builder-cuda"} <= _depends_on("prover", "cuda")
+    (run,) = [args for kw, args in _stages()["build-fil-prover"] if kw == "RUN"]
+    assert 'cargo build --release --locked --features "${FIL_PROVER_FEATURES}"' in run
+    assert "cuda/libcuda_stub.sh" in run and "cuda/nvcc_args.sh ${CUDA_ARCHS}" in run
+    manifest = tomllib.loads((ROOT / "prover_image/fil_prover/Cargo.toml").read_text())
+    assert manifest["features"]["default"] == []
+    assert "filecoin-proofs/cuda" in manifest["features"]["cuda"]
+    # The image's nvcc is the host build's, pinned, and nothing else is installed with it.
+    (pip,) = [t for kw, args in _stages()["cuda-toolchain"] if kw == "RUN"
+              for t in _pip_targets(args)]
+    assert pip == ["/tmp/wheels",  # --target's directory, then the wheels
+                   "nvidia-cuda-nvcc==${CUDA_VERSION}", "nvidia-nvvm==${CUDA_VERSION}",
+                   "nvidia-cuda-crt==${CUDA_VERSION}",
+                   "nvidia-cuda-runtime==${CUDA_RUNTIME_VERSION}"], pip
+    toolchain = dict(args.partition("=")[::2] for kw, args in _stages()["cuda-toolchain"]
+                     if kw == "ARG")
+    script = (ROOT / "testenv/build_filecoin").read_text()
+    for name in ("CUDA_VERSION", "CUDA_RUNTIME_VERSION"):
+        assert f"\n{name}={toolchain[name]} " in script, name
 
 
 def test_readme_builds_the_prover_on_cuda_with_cupy() -> None:
