@@ -19,7 +19,11 @@ pub const SECTOR_SIZE_NAME: &str = "2KiB";
 /// The merkle tree shape of a 2 KiB sector.
 pub type Tree = SectorShape2KiB;
 
-/// The backend named in every result.
+/// The backend named in every result: the CUDA build (the `cuda` feature; it proves on the CPU
+/// where no GPU is) or the CPU one.
+#[cfg(feature = "cuda")]
+pub const BACKEND: &str = "filecoin-proofs 19.1.0 (cuda build)";
+#[cfg(not(feature = "cuda"))]
 pub const BACKEND: &str = "filecoin-proofs 19.1.0 (cpu)";
 
 /// Lotus's RegisteredSealProof::StackedDrg2KiBV1_1, the PoRep sealed and proven here.
