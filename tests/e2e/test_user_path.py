@@ -175,13 +175,16 @@ def _pods_seen(r: Release) -> Iterator[dict[str, list[str]]]:
         seen[pod.metadata.name] = _pull_secrets(pod)
 
     def follow() -> None:
-        # A watch the API server ends early only leaves pods unseen, which the caller's wait
-        # on what it expects to see reports.
+        # A watch the API server ends early (its connection dropped, or an ERROR event, whose
+        # object is no pod) only leaves pods unseen, which the caller's wait on what it
+        # expects to see reports.
         with contextlib.suppress(urllib3.exceptions.ProtocolError):
             for event in stream.stream(r.cluster.core.list_namespaced_pod, r.namespace,
                                        resource_version=listed.metadata.resource_version,
                                        timeout_seconds=300):
                 pod = event["object"]
+                if event["type"] == "ERROR" or pod is None:
+                    return
                 seen[pod.metadata.name] = _pull_secrets(pod)
 
     thread = threading.Thread(target=follow, daemon=True)
