@@ -327,7 +327,7 @@ def _failed_message(cluster: Cluster, namespace: str, name: str) -> str:
 
 
 def test_bad_real_inputs_fail_at_once_with_the_provers_reason(
-        cluster: Cluster, namespace: str, nodes: Any, real_operator: None,
+        cluster: Cluster, namespace: str, nodes: Any, real_operator: None, tools: filecoin.Tools,
         sealed: tuple[Path, list[dict[str, Any]]], claim: str) -> None:
     nodes(1, gpus=2, replicas=2)
     first, second = sealed[1][:2]
@@ -340,6 +340,12 @@ def test_bad_real_inputs_fail_at_once_with_the_provers_reason(
     }
     for name, (sectors, size, _) in cases.items():
         apply_job(cluster, namespace, real_job(name, "winning-post", sectors, claim, size))
+    # A C2 whose c1Output is not a C1 output fails as bad input before any parameter is read.
+    (c2,) = filecoin.seal(tools, sealed[0], miner=MINER, first=1, count=1, kind="porep-c2")
+    apply_job(cluster, namespace, real_job("not-c1", "porep-c2",
+                                           [{**c2, "c1Output": "s-t01000-1/seal.json"}], claim,
+                                           randomness=None))
+    cases["not-c1"] = ([], "2KiB", "sectors[0].c1Output")
     for name, (_, _, field) in cases.items():
         message = _failed_message(cluster, namespace, name)
         assert field in message, (name, message)
