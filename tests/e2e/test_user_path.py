@@ -177,11 +177,13 @@ def _pods_seen(r: Release) -> Iterator[dict[str, list[str]]]:
     def follow() -> None:
         # A watch the API server ends early (its connection dropped, or an ERROR event, whose
         # object is no pod) only leaves pods unseen, which the caller's wait on what it
-        # expects to see reports.
+        # expects to see reports. The client yields None for a blank line of the stream.
         with contextlib.suppress(urllib3.exceptions.ProtocolError):
             for event in stream.stream(r.cluster.core.list_namespaced_pod, r.namespace,
                                        resource_version=listed.metadata.resource_version,
                                        timeout_seconds=300):
+                if event is None:
+                    continue
                 pod = event["object"]
                 if event["type"] == "ERROR" or pod is None:
                     return
