@@ -120,8 +120,11 @@ def test_a_lanes_pod_deleted_with_grace_period_0_leaves_no_lane(
     pod = wait_for(lane, 120, "the stand-in's lane")["pod"]["name"]
     cluster.kubectl("delete", "pod", "-n", namespace, pod, "--grace-period=0", "--force",
                     "--wait=false")
-    wait_for(lambda: lane() is None or lane()["pod"]["name"] != pod, 60,
-             "the deleted pod's lane gone")
+    def gone() -> bool:
+        now = lane()  # read once: the lane may go between two reads
+        return now is None or now["pod"]["name"] != pod
+
+    wait_for(gone, 60, "the deleted pod's lane gone")
     core = client.CoreV1Api(cluster.api)
 
     def gone() -> bool:
