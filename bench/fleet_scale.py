@@ -19,7 +19,8 @@ Partition pods run a stand-in prover (``bench/fleet_standin.py``): one process s
 kuzk pod through kuzk's real lane protocol (join, stage writes, the GPU phase acquired and
 released, one holder per GPU at a time, leave; a lane writes only when it moves) and each
 partition works 0.5-2 s instead of proving; the Jobs' pods only work, as a Job's pod reports
-to no WorkerStatus. ``--jobs`` ProofJobs of the four kinds in turn (winning-post,
+to no WorkerStatus (the GPU part of their work taking turns on their GPU, as the pods given
+replicas of one time-sliced GPU do). ``--jobs`` ProofJobs of the four kinds in turn (winning-post,
 snap-update, window-post, porep-c2; partitions by kind) are created at once; when all have
 finished, they are deleted, the operator is stopped, and the same number of Indexed Jobs
 (twins from ``bench/twins.py``: pods from kuzk's own pod builder) run the same way.
@@ -1201,7 +1202,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod: a "
           f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, leave: "
           f"writes only when its lane moves; at most 8 of its "
-          f"WorkerStatus writes in flight), a Job's with work only; each partition works "
+          f"WorkerStatus writes in flight), a Job's with work only (its GPU part in its GPU's "
+          f"turn); each partition works "
           f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:

@@ -15,7 +15,12 @@ server then leaves the lane as failed and stops.
 
 Pods of a ``--bare-namespace`` (the Indexed Jobs' of the benchmark) only work: a Job's pod
 as the batch controller runs it reports to no WorkerStatus, so what the control plane spends
-on it is the baseline that kuzk's pods, with their lanes, are measured against.
+on it is the baseline that kuzk's pods, with their lanes, are measured against. Their work has
+the same two parts, and the GPU part takes its GPU's turns with the other bare pods on that
+GPU (``GpuTurns``): two pods given replicas of one time-sliced GPU share it, the GPU does one
+context's work at a time, so their GPU parts take at least the time of both. Without the
+turns, a Job's pods would be given a GPU per replica, twice the GPUs kuzk's lanes share at
+two lanes, and finish sooner for that alone.
 
 Every call into kuzk's lane protocol is made by ``Server.lane`` (join, stages, the GPU phase,
 leave) through ``Reporter``, kuzk's ``ProverReporter``, which writes only when the lane moves:
@@ -179,6 +184,22 @@ class Reporter(ProverReporter):
         return result
 
 
+class GpuTurns:
+    """A lock per physical GPU (its UUID, as NVIDIA_VISIBLE_DEVICES names it): the GPU
+    parts of the bare pods given replicas of one GPU run one at a time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.gpus: dict[str, threading.Lock] = {}
+
+    @contextlib.contextmanager
+    def turn(self, devices: str) -> Iterator[None]:
+        with self.lock:
+            gpu = self.gpus.setdefault(devices, threading.Lock())
+        with gpu:
+            yield
+
+
 class ReleaseGaveUp(logging.Handler):
     """ProverReporter.release logs, never raises, a write that failed: count those that gave
     up on conflicts (WorkerWriteConflict)."""
@@ -225,6 +246,7 @@ class Server(socketserver.ThreadingTCPServer):
         self.stats = api.stats
         self.answers = Answers(self.stats)
         self.answers.start()
+        self.turns = GpuTurns()
 
     def prove(self, fields: list[str], conn: socket.socket) -> int:
         job, partition, ip = fields[4], int(fields[7]), fields[11]
@@ -237,7 +259,7 @@ class Server(socketserver.ThreadingTCPServer):
          message_path, _) = fields
         if namespace in self.bare:
             self.stats.add("bare")
-            if not _alive_for(conn, seconds):
+            if not self._work_bare(gpus, conn, seconds):
                 self.stats.add("killed")
                 return 143
         else:
@@ -254,6 +276,16 @@ class Server(socketserver.ThreadingTCPServer):
                   "gpu_ms": round(seconds * (1 - SYNTH_SHARE) * 1000), "backend": "standin"}
         Path(message_path).write_text(json.dumps(result))
         return 0
+
+    def _work_bare(self, gpus: str, conn: socket.socket, seconds: float) -> bool:
+        """A Job's pod's work: its CPU part, then its GPU part in its GPU's turn. False when
+        the pod was killed meanwhile."""
+        if not _alive_for(conn, seconds * SYNTH_SHARE):
+            return False
+        if gpus == "none":
+            return _alive_for(conn, seconds * (1 - SYNTH_SHARE))
+        with self.turns.turn(gpus):
+            return _alive_for(conn, seconds * (1 - SYNTH_SHARE))
 
     def lane(self, node: str, assignment: Assignment, visible_devices: str,
              conn: socket.socket, seconds: float) -> bool:
