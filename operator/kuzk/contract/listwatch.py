@@ -5,9 +5,11 @@ A watch asks for bookmarks, so a quiet resource still moves its resourceVersion 
 that breaks (connection refused, the API server restarting, a read timeout, the server
 ending it) resumes from the last resourceVersion it saw; one the API server answers with 410
 Gone (the version is too old, compacted away) lists again. Each break is one restart, told
-to the sink. The API client is a small aiohttp one, sharing the caller's event loop; its
-credentials come from the kubernetes client's own configuration loaders (kubeconfig, exec
-plugins, in-cluster tokens). It only reads.
+to the sink. A sink that takes a list in pages (``PagedSink``, ``list_in_pages_and_watch``)
+gets each page as it is read, so a large list is never held whole. The API client is a small
+aiohttp one, sharing the caller's event loop; its credentials come from the kubernetes
+client's own configuration loaders (kubeconfig, exec plugins, in-cluster tokens). It only
+reads.
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ class Sink(Protocol):
     """Where one list+watch loop delivers what it reads."""
 
     def listed(self, items: list[Body]) -> None:
-        """A full list arrived: it replaces everything of the loop's scope."""
+        """A full list arrived (or, to a ``PagedSink``, its last page): it replaces everything
+        of the loop's scope."""
 
     def event(self, kind: str, item: Body) -> None:
         """A watch event: ADDED, MODIFIED or DELETED (bookmarks are not delivered)."""
@@ -121,7 +124,16 @@ class Sink(Protocol):
         """The API server accepted a watch."""
 
     def lost(self) -> None:
-        """The loop broke; it will resume or list again."""
+        """The loop broke; it will resume or list again (a list it was reading in pages is
+        read again from its first page)."""
+
+
+class PagedSink(Sink, Protocol):
+    """A sink that takes a list page by page: ``page`` for each page but the last, which
+    ``listed`` brings; together they are the list."""
+
+    def page(self, items: list[Body]) -> None:
+        """A page of a list that goes on."""
 
 
 def params(selector: str | None = None, fields: str | None = None) -> dict[str, str]:
@@ -130,19 +142,52 @@ def params(selector: str | None = None, fields: str | None = None) -> dict[str, 
             **({"fieldSelector": fields} if fields else {})}
 
 
+def _version(listing: Body) -> str:
+    return str((listing.get("metadata") or {}).get("resourceVersion", ""))
+
+
 async def list_and_watch(kube: KubeClient, path: str, query: Mapping[str, str], sink: Sink,
                          wait: Callable[[float], Awaitable[None]], name: str = "") -> None:
     """List, then watch, until cancelled: resume on errors, list again on 410 Gone. ``wait``
     sleeps between tries (``WATCH_BACKOFF``)."""
-    name = name or path
+
+    async def whole() -> str:
+        listing = await kube.list(path, query)
+        sink.listed(listing.get("items") or [])
+        return _version(listing)
+
+    await _follow(kube, path, query, sink, wait, name or path, whole)
+
+
+async def list_in_pages_and_watch(kube: KubeClient, path: str, query: Mapping[str, str],
+                                  sink: PagedSink, wait: Callable[[float], Awaitable[None]],
+                                  name: str = "", *, limit: int) -> None:
+    """``list_and_watch``, each list read ``limit`` objects at a time (``limit`` and
+    ``continue``: one consistent list, as the API server pages it) and handed to ``sink`` page
+    by page. A ``continue`` token that expires between two pages (410) starts the list again."""
+
+    async def in_pages() -> str:
+        listing = await kube.list(path, {**query, "limit": str(limit)})
+        version = _version(listing)
+        while token := (listing.get("metadata") or {}).get("continue"):
+            sink.page(listing.get("items") or [])
+            listing = await kube.list(path, {**query, "limit": str(limit), "continue": token})
+        sink.listed(listing.get("items") or [])
+        return version
+
+    await _follow(kube, path, query, sink, wait, name or path, in_pages)
+
+
+async def _follow(kube: KubeClient, path: str, query: Mapping[str, str], sink: Sink,
+                  wait: Callable[[float], Awaitable[None]], name: str,
+                  read_list: Callable[[], Awaitable[str]]) -> None:
+    """The loop: ``read_list`` lists into the sink and answers the list's resourceVersion."""
     version: str | None = None
     failures = 0
     while True:
         try:
             if version is None:
-                listing = await kube.list(path, query)
-                version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
-                sink.listed(listing.get("items") or [])
+                version = await read_list()
             timeout_s = random.randint(WATCH_TIMEOUT_S, WATCH_TIMEOUT_S * 6 // 5)
             async for event in kube.watch(path, {**query, "resourceVersion": version},
                                           timeout_s, sink.connected):

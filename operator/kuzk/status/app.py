@@ -24,9 +24,10 @@ from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
+from kuzk.contract.listwatch import KubeClient
 from kuzk.status import metrics, query
 from kuzk.status.view import StatusView
-from kuzk.status.watches import PagedClient, Watches
+from kuzk.status.watches import Watches
 
 STATIC = Path(__file__).parent / "static"
 QUERY_LIMIT = 8 * 1024
@@ -184,7 +185,7 @@ async def index(request: web.Request) -> web.FileResponse:
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:
     source = app[SOURCE]
-    kube = PagedClient(source.configuration)
+    kube = KubeClient(source.configuration)
     watches = Watches.start(kube, app[VIEW], list(source.namespaces), source.ledger)
     try:
         yield

@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kuzk.contract import gputime, lane_model, workerstatus
-from kuzk.status.objects import Job, WorkerNode
+from kuzk.status.objects import Job, Partition, WorkerNode
 
 WINDOW_S = 600.0
 STRIP_CELLS = 20
@@ -111,7 +111,10 @@ class History:
     def __init__(self, started: float) -> None:
         self.started = started
         self.workers: dict[tuple[str, str], WorkerTrack] = {}
-        self.partition_since: dict[tuple[str, int], tuple[str, int, float]] = {}
+        # By job UID: the partitions last seen (the job's own tuple, which the view keeps
+        # anyway) and since when each is in its state and attempt; two tuples per job, not
+        # two per partition (ten thousand jobs are 160,000 partitions).
+        self.partition_since: dict[str, tuple[tuple[Partition, ...], tuple[float, ...]]] = {}
 
     def copy(self, *, partitions: bool = True) -> History:
         """What the aggregation reads, copied, so it can render in another thread while the
@@ -127,17 +130,17 @@ class History:
         return max(now - WINDOW_S, self.started)
 
     def saw_job(self, job: Job, now: float) -> None:
-        """Track since when each of the job's partitions is in its state."""
-        for p in job.partitions:
-            slot = (job.uid, p.index)
-            previous = self.partition_since.get(slot)
-            if previous is None or previous[:2] != (p.state, p.attempt):
-                self.partition_since[slot] = (p.state, p.attempt, now)
+        """Track since when each of the job's partitions is in its state (and attempt)."""
+        seen, since = self.partition_since.get(job.uid, ((), ()))
+        if seen == job.partitions:
+            return
+        self.partition_since[job.uid] = (job.partitions, tuple(
+            since[i] if i < len(seen) and (seen[i].state, seen[i].attempt) == (p.state, p.attempt)
+            else now for i, p in enumerate(job.partitions)))
 
     def forgot_job(self, job: Job) -> None:
-        """The job was deleted: drop what was kept per partition."""
-        for p in job.partitions:
-            self.partition_since.pop((job.uid, p.index), None)
+        """The job was deleted: drop what was kept of its partitions."""
+        self.partition_since.pop(job.uid, None)
 
     def saw_workers(self, node: WorkerNode, same_node: Iterable[WorkerNode], queue: Queue,
                     now: float) -> None:
@@ -171,6 +174,7 @@ class History:
     def since(self, job: Job) -> tuple[float | None, ...]:
         """When each of the job's partitions entered its state, by position; None where the
         watch has not seen it."""
-        entries = self.partition_since
-        return tuple(None if (entry := entries.get((job.uid, p.index))) is None else entry[2]
-                     for p in job.partitions)
+        seen, since = self.partition_since.get(job.uid, ((), ()))
+        return tuple(since[i] if i < len(seen) and seen[i].state == p.state
+                     and seen[i].attempt == p.attempt else None
+                     for i, p in enumerate(job.partitions))

@@ -2,11 +2,15 @@
 
 A watch event carries the whole object; the view keeps these small frozen records instead, so
 a fleet of a thousand jobs stays small in memory and an update that changes nothing the screen
-shows (a node's heartbeat, a pod's IP) changes nothing in the view either.
+shows (a node's heartbeat, a pod's IP) changes nothing in the view either. The words a fleet
+repeats (namespaces, kinds, phases, states, nodes, workers, reasons) are kept once each
+(``sys.intern``): read from JSON, every job would hold its own copy of each, some fifty strings
+a job.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +105,11 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _word(value: Any) -> str | None:
+    """``_str`` of a word the fleet repeats, kept once."""
+    return sys.intern(value) if isinstance(value, str) and value else None
+
+
 def job(obj: Mapping[str, Any]) -> Job:
     """A ProofJob. Partitions the operator has not reported yet are shown ``pending``."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -119,25 +128,25 @@ def job(obj: Mapping[str, Any]) -> Job:
             continue
         reported[index] = Partition(
             index=index,
-            state=str(entry.get("state", PENDING)),
+            state=sys.intern(str(entry.get("state", PENDING))),
             attempt=api.as_int(entry.get("attempt")) or 1,
-            node=_str(entry.get("node")),
-            worker=_str(entry.get("worker")),
+            node=_word(entry.get("node")),
+            worker=_word(entry.get("worker")),
             synth_ms=api.as_int(entry.get("synthMs")),
             gpu_ms=api.as_int(entry.get("gpuMs")),
             started_at=api.as_timestamp(entry.get("startedAt")),
-            reason=_str(entry.get("reason")),
+            reason=_word(entry.get("reason")),
             message=_str(entry.get("message")),
         )
     count = max(total, max(reported, default=-1) + 1)
     partitions = tuple(reported.get(i) or Partition(i, PENDING, 1) for i in range(count))
     return Job(
-        namespace=str(meta.get("namespace", "")),
+        namespace=sys.intern(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        created=str(meta.get("creationTimestamp", "")),
-        proof_kind=kind,
-        phase=str(status.get("phase") or "Pending"),
+        created=sys.intern(str(meta.get("creationTimestamp", ""))),
+        proof_kind=sys.intern(kind),
+        phase=sys.intern(str(status.get("phase") or "Pending")),
         start_time=api.as_timestamp(status.get("startTime")),
         completion_time=api.as_timestamp(status.get("completionTime")),
         partitions=partitions,

@@ -82,6 +82,7 @@ class StatusView:
         self.ledgers: dict[str, Ledger] = {}
         self.tallies: dict[str, Tally] = {}  # job key -> what the job counts
         self.watches: dict[str, WatchState] = {}
+        self._listing: dict[str, set[str]] = {}  # the keys of a list read so far, by watch
         self.instance = secrets.token_hex(4)
         self.answers = Answers(self)
         # What could run on a GPU without lanes, kept per job so an event costs one job.
@@ -101,17 +102,26 @@ class StatusView:
         state = self.watches[name] = WatchState(resource)
         return state
 
+    def page(self, name: str, items: Iterable[Mapping[str, Any]]) -> None:
+        """A page of a list that goes on (``listed`` brings its last page): its objects are
+        taken now, one page at a time; what the whole list lacks goes when it ends."""
+        resource, now = self.watches[name].resource, self.clock()
+        seen = self._listing.setdefault(name, set())
+        for item in items:
+            k = objects.key(item)
+            seen.add(k)
+            self._put(resource, k, item, now)
+
     def listed(self, name: str, items: Iterable[Mapping[str, Any]],
                namespace: str | None = None) -> None:
-        """A full list arrived: it replaces every object of the watch's scope."""
+        """A full list arrived, or the last page of one (``page``): it replaces every object
+        of the watch's scope."""
+        self.page(name, items)
         state, was_ready = self.watches[name], self.ready
-        now = self.clock()
-        fresh = {objects.key(item): item for item in items}
+        seen = self._listing.pop(name)
         for stale in [k for k in self._store(state.resource)
-                      if k not in fresh and (namespace is None or k.startswith(namespace + "/"))]:
+                      if k not in seen and (namespace is None or k.startswith(namespace + "/"))]:
             self._delete(state.resource, stale)
-        for k, item in fresh.items():
-            self._put(state.resource, k, item, now)
         state.listed = state.connected = True
         state.lost_at = None
         self._bump()
@@ -139,7 +149,9 @@ class StatusView:
             self._bump()
 
     def lost(self, name: str) -> None:
-        """The watch failed; it will resume (or relist). Counted as one restart."""
+        """The watch failed; it will resume (or list again, from the first page). Counted as
+        one restart."""
+        self._listing.pop(name, None)
         state = self.watches[name]
         state.restarts += 1
         if state.connected or state.lost_at is None:

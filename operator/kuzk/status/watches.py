@@ -1,46 +1,23 @@
 """Keeping the view current: for each resource, one list+watch loop (``kuzk.contract.listwatch``,
 shared with the operator's streams) into the view. A watch that breaks resumes from the last
 resourceVersion it saw; one the API server answers with 410 Gone lists again. Each of those
-is one restart, counted per resource. Lists come in pages (``PagedClient``).
+is one restart, counted per resource. Lists are read ``LIST_PAGE`` objects at a time, each
+page handed to the view as it comes (``StatusView.page``): ten thousand ProofJobs are 37 MB of
+JSON and 210 MB as Python objects, and the heap stays as large as the most it ever held.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kuzk.contract import api
-from kuzk.contract.listwatch import KubeClient, list_and_watch, params
+from kuzk.contract.listwatch import KubeClient, list_in_pages_and_watch, params
 from kuzk.status.view import LEDGER, NODES, PODS, PROOFJOBS, WORKERSTATUSES, StatusView
 
 POD_SELECTOR = f"{api.LABEL_MANAGED_BY}={api.MANAGER}"
 LIST_PAGE = 500
-
-
-class PagedClient(KubeClient):
-    """A ``KubeClient`` whose lists are read ``LIST_PAGE`` objects at a time (``limit`` and
-    ``continue``: one consistent list, as the API server pages it), each object without its
-    ``managedFields``, which the view never reads. Ten thousand ProofJobs are 37 MB of JSON
-    in one response and 210 MB as Python objects, more than half of it managedFields; the
-    heap stays as large as the largest list it ever held."""
-
-    async def list(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        first = await super().list(path, {**params, "limit": str(LIST_PAGE)})
-        items: list[dict[str, Any]] = []
-        page = first
-        while True:
-            for item in page.get("items") or []:
-                (item.get("metadata") or {}).pop("managedFields", None)
-                items.append(item)
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                break
-            page = await super().list(path, {**params, "limit": str(LIST_PAGE),
-                                              "continue": token})
-        metadata = {k: v for k, v in (first.get("metadata") or {}).items() if k != "continue"}
-        return {"metadata": metadata, "items": items}
 
 
 @dataclass(frozen=True)
@@ -85,6 +62,9 @@ class _Into:
     def __init__(self, view: StatusView, target: Target) -> None:
         self.view, self.target = view, target
 
+    def page(self, items: list[dict[str, Any]]) -> None:
+        self.view.page(self.target.name, items)
+
     def listed(self, items: list[dict[str, Any]]) -> None:
         self.view.listed(self.target.name, items, self.target.namespace)
 
@@ -101,8 +81,9 @@ class _Into:
 async def keep_current(kube: KubeClient, view: StatusView, target: Target) -> None:
     """List, then watch, forever: resume on errors, relist on 410 Gone. The target must be
     registered with ``view.add_watch`` first (``Watches.start`` does)."""
-    await list_and_watch(kube, target.path, params(target.selector, target.fields),
-                         _Into(view, target), asyncio.sleep, target.name)
+    await list_in_pages_and_watch(kube, target.path, params(target.selector, target.fields),
+                                  _Into(view, target), asyncio.sleep, target.name,
+                                  limit=LIST_PAGE)
 
 
 @dataclass

@@ -247,6 +247,18 @@ def test_stage_seconds_count_from_when_the_state_was_seen(feed: Feed, view: Stat
     assert d["gpu_workers"][0]["busy_secs"] == 3.0
 
 
+def test_a_partitions_stage_seconds_go_on_while_others_of_its_job_move(
+        feed: Feed, view: StatusView, clock: Clock) -> None:
+    feed(proofjobs=[proofjob("j", part(0, "synthesizing"), part(1, "synthesizing"),
+                             part(2, "synthesizing"), count=3)])
+    clock.now = T0 + 5
+    view.event("proofjobs", "MODIFIED", proofjob(
+        "j", part(0, "synthesizing"), part(1, "synth_done"), part(2, "synthesizing", attempt=2),
+        count=3))
+    clock.now = T0 + 8
+    assert [p["stage_secs"] for p in doc(view)["pipelines"][0]["partitions"]] == [8.0, 3.0, 3.0]
+
+
 def test_the_view_is_not_synced_until_every_resource_is_listed(view: StatusView,
                                                                clock: Clock) -> None:
     view.listed("proofjobs", [])
