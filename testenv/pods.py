@@ -96,6 +96,10 @@ class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread
         self.push_lock = threading.Lock()  # one status update at a time, the newest last
         self.deleting = threading.Event()
         self.killed = threading.Event()
+        # Set when a container exits or the pod is to be deleted: the run loop sleeps on it
+        # instead of polling its processes (a node's hundreds of pods would wake it
+        # thousands of times a second for nothing).
+        self.changed = threading.Event()
         self.grace = float(pod["spec"].get("terminationGracePeriodSeconds", 30))
         self.containers: list[ContainerState] = [
             ContainerState(
@@ -118,11 +122,13 @@ class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread
         if grace is not None:
             self.grace = float(grace)
         self.deleting.set()
+        self.changed.set()
 
     def kill(self) -> None:
         self.killed.set()
         self.deleting.set()
         self.grace = 0
+        self.changed.set()
 
     # --- status ------------------------------------------------------------------------
     def _conditions(self) -> list[dict[str, Any]]:
@@ -210,7 +216,15 @@ class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread
             c.started = True
         if not c.spec.get("readinessProbe"):
             c.ready = True
+        threading.Thread(target=self._await_exit, args=(c.proc,), daemon=True,
+                         name=f"exit-{self.name}-{c.name}").start()
         threading.Thread(target=self._probe_loop, args=(c, c.proc), daemon=True).start()
+
+    def _await_exit(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wake the run loop when the container's process exits (waitpid blocks without
+        holding the GIL)."""
+        proc.wait()
+        self.changed.set()
 
     def _popen(self, c: ContainerState, env: dict[str, str]) -> subprocess.Popen[bytes]:
         argv = [expand(a, env) for a in (c.spec.get("command") or [])]
@@ -314,6 +328,7 @@ class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread
         backoff: dict[str, float] = {}
         restart_at: dict[str, float] = {}
         while True:
+            self.changed.clear()
             changed = False
             with self.lock:
                 for c in self.containers:
@@ -340,7 +355,8 @@ class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread
                 return
             if not running and not restart_at:
                 break
-            self.deleting.wait(0.1)
+            due = min(restart_at.values(), default=None)
+            self.changed.wait(None if due is None else max(due - time.monotonic(), 0.0))
         self._finish()
 
     def _finish(self) -> None:
