@@ -36,6 +36,7 @@ QUERY_LIMIT = 8 * 1024
 # any handler runs, with the same JSON (``_Connection``).
 LINE_LIMIT = 128 * 1024
 ALLOWED_METHODS = ("GET", "HEAD")
+COALESCED = 16 * 1024  # a body's bytes written with its headers (``_send``)
 log = logging.getLogger("kuzk.status")
 
 
@@ -147,7 +148,26 @@ async def status(request: web.Request) -> web.StreamResponse:
         body = answer.plain
     else:  # a large answer is kept only as its gzip
         body = await asyncio.to_thread(lambda: answer.body)
-    return web.Response(body=body, content_type="application/json", headers=headers)
+    if len(body) <= COALESCED or request.method == "HEAD":  # a Response sends no body to HEAD
+        return web.Response(body=body, content_type="application/json", headers=headers)
+    return await _send(request, body, headers)
+
+
+async def _send(request: web.Request, body: bytes, headers: dict[str, str]
+                ) -> web.StreamResponse:
+    """A large body, sent from the answer's own bytes: aiohttp joins the headers and the first
+    write into one new buffer (a copy of the whole body, on this Python), so only its first
+    ``COALESCED`` bytes go with the headers, and the rest as a view of the kept bytes (the
+    transport copies only what the socket does not take at once)."""
+    response = web.StreamResponse(headers=headers)
+    response.content_type = "application/json"
+    response.content_length = len(body)
+    await response.prepare(request)
+    view = memoryview(body)
+    await response.write(view[:COALESCED])
+    await response.write(view[COALESCED:])
+    await response.write_eof()
+    return response
 
 
 async def prometheus(request: web.Request) -> web.Response:

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract import api
-from kuzk.status import answers
+from kuzk.status import answers, app
 from kuzk.status.app import STATIC, make_app
 from kuzk.status.view import StatusView
 from tests.unit.status.builders import T0, node, part, proofjob, stamp, worker, workerstatus
@@ -145,6 +145,23 @@ async def test_a_large_answer_is_kept_as_gzip_and_served_plain_too(
     assert "Content-Encoding" not in plain.headers
     assert gzip.decompress(await zipped.read()) == await plain.read()
     assert (await plain.json())["pipelines"][0]["job_id"] == "ns/a"
+
+
+async def test_a_large_body_is_sent_whole_and_head_gets_none(
+        http: Client, feed: Feed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app, "COALESCED", 64)  # every body here is sent in two writes
+    fill(feed)
+    small = await (await http.get("/status", headers={"Accept-Encoding": "identity"})).read()
+    assert len(small) > 64 and json.loads(small)["pipelines"][0]["job_id"] == "ns/a"
+    zipped = await http.get("/status", headers={"Accept-Encoding": "gzip"},
+                            auto_decompress=False)
+    body = await zipped.read()
+    assert int(zipped.headers["Content-Length"]) == len(body)
+    assert gzip.decompress(body) == small
+    head = await http.head("/status", headers={"Accept-Encoding": "gzip"})
+    assert (head.status, await head.read()) == (200, b"")
+    # the connection still answers: no body followed the HEAD's headers
+    assert json.loads(await (await http.get("/status")).read()) == json.loads(small)
 
 
 @pytest.mark.parametrize(
