@@ -11,7 +11,13 @@ kubelet whose watch has fallen behind. ``NodeKubelet`` is the test kubelet watch
 node's pods (``spec.nodeName``, as a real kubelet does) and reading the events as raw JSON.
 
     python bench/fleet_kubelets.py --kubeconfig K --server URL --ca-cert F --workdir D \\
-        --nodes 64 --gpus 8 [--replicas 1]
+        --nodes 64 --gpus 8 [--replicas 1] [--shard I --shards N]
+
+With ``--shards`` N this process runs every Nth node from the ``--shard``-th (0-based), and N
+such processes run the fleet: a process's pods each take a few threads (the pod, its
+container's exit, its probes), and at 64 nodes x 16 pods one process's thousands of threads
+queue for its interpreter lock, each waking every few milliseconds while it waits (the CPU goes
+to the kernel switching between them, and the nodes' leases lapse).
 
 Node names are ``fleet-n00`` and up. With ``--replicas`` N each physical GPU is advertised as N
 ``nvidia.com/gpu`` (the device plugin's time-slicing replicas, ``NodeSpec.replicas``): N pods
@@ -93,13 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs per node")
     parser.add_argument("--replicas", type=int, default=1,
                         help="time-slicing replicas per GPU: pods that share it (default 1)")
+    parser.add_argument("--shard", type=int, default=0,
+                        help="which of the --shards this process is, from 0 (default 0)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="processes running the fleet, each every Nth node (default 1)")
     args = parser.parse_args(argv)
-    if min(args.nodes, args.gpus, args.replicas) < 1:
-        parser.error("--nodes, --gpus and --replicas must be at least 1")
+    if min(args.nodes, args.gpus, args.replicas, args.shards) < 1:
+        parser.error("--nodes, --gpus, --replicas and --shards must be at least 1")
+    if not 0 <= args.shard < args.shards:
+        parser.error("--shard must be at least 0 and less than --shards")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     specs = [NodeSpec(name, gpus=args.gpus, replicas=args.replicas)
-             for name in node_names(args.nodes)]
+             for name in node_names(args.nodes)[args.shard::args.shards]]
     kubelets: list[ProcessKubelet] = []
     try:
         for spec in specs:

@@ -8,6 +8,7 @@ they resolve, then its containers start."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -178,17 +179,20 @@ class PodRunner(ContainerProbes, ProcessMounts, PodEnvironment, threading.Thread
         what = f"status of {self.namespace}/{self.name}"
         with self.push_lock:
             try:
-                patched = self.kubelet.through_outage(
+                # The answer read as JSON, not as the client's models: decoding a pod into
+                # them and back costs more CPU than the rest of the update.
+                patched: Any = self.kubelet.through_outage(
                     what,
                     lambda: self.kubelet.core.patch_namespaced_pod_status(
-                        self.name, self.namespace, {"status": self._status()}
+                        self.name, self.namespace, {"status": self._status()},
+                        _preload_content=False,
                     ),
                 )
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
                 if not (isinstance(e, ApiException) and e.status == 404):
                     log.warning("%s: %s", what, type(e).__name__)
                 return
-            self.pod = self.kubelet.api.sanitize_for_serialization(patched)  # type: ignore[no-untyped-call]
+            self.pod = json.loads(patched.data)
 
     # --- running -----------------------------------------------------------------------
     def _pull_images(self) -> bool:

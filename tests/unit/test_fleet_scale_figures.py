@@ -1,6 +1,7 @@
-"""bench/fleet_scale.py's arithmetic, without a cluster: whose each audited request is, what
-each WorkerStatus write moved, the figures per partition attempt, the medians of rounds, where
-the operator's watch events are counted, and the projection to a fleet."""
+"""bench/fleet_scale.py's arithmetic (fleet_measure.py, fleet_projection.py), without a
+cluster: whose each audited request is, what each WorkerStatus write moved, the figures per
+partition attempt, the medians of rounds, where the operator's watch events are counted, and
+the projection to a fleet."""
 
 from __future__ import annotations
 
@@ -11,16 +12,51 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:  # the benchmark's modules import each other by name
-    sys.path.insert(0, str(BENCH))
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH_DIR) not in sys.path:  # the benchmark's modules import each other by name
+    sys.path.insert(0, str(BENCH_DIR))
 
-import fleet_scale as fs  # noqa: E402
+from fleet_measure import (  # noqa: E402
+    BENCH,
+    JOB,
+    KUBELET,
+    KUZK,
+    NO_MOVE,
+    OPERATOR,
+    OPERATOR_WATCH_EVENTS,
+    PROVERS,
+    SCHEDULER,
+    UNSEEN,
+    Calls,
+    Cost,
+    Moves,
+    Written,
+    audit_policy,
+    by_prefix,
+    component,
+    delta,
+    kuzk_own,
+    lane_moves,
+    medians,
+    on_workerstatus,
+    operator_events,
+    parse_metrics,
+    system_side,
+    total,
+    updates,
+    write_kinds,
+)
+from fleet_projection import (  # noqa: E402
+    FLEET,
+    PEAK,
+    Fleet,
+    projection,
+)
 
 OPERATOR_USER = "system:serviceaccount:kuzk-bench:bench-kuzk-operator"
 PROVER_USER = "system:serviceaccount:kuzk-bench:kuzk-prover"
 KUBELET_USER = "system:serviceaccount:kuzk-bench:bench-kubelet"
-USERS = {OPERATOR_USER: fs.OPERATOR, PROVER_USER: fs.PROVERS, KUBELET_USER: fs.KUBELET}
+USERS = {OPERATOR_USER: OPERATOR, PROVER_USER: PROVERS, KUBELET_USER: KUBELET}
 ADMIN = "kuzk-admin"
 
 
@@ -35,24 +71,24 @@ def event(verb: str, resource: str, user: str, *, code: int = 200, agent: str = 
 
 
 @pytest.mark.parametrize(("user", "agent", "who"), [
-    (OPERATOR_USER, "kuzk", fs.OPERATOR),
-    (PROVER_USER, "OpenAPI-Generator/x/python", fs.PROVERS),
-    (KUBELET_USER, "OpenAPI-Generator/x/python", fs.KUBELET),
+    (OPERATOR_USER, "kuzk", OPERATOR),
+    (PROVER_USER, "OpenAPI-Generator/x/python", PROVERS),
+    (KUBELET_USER, "OpenAPI-Generator/x/python", KUBELET),
     (ADMIN, "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/job-controller",
      "kcm/job-controller"),
     (ADMIN, "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/"
             "generic-garbage-collector", "kcm/generic-garbage-collector"),
-    (ADMIN, "kube-scheduler/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/scheduler", fs.SCHEDULER),
+    (ADMIN, "kube-scheduler/v1.37.2 (linux/amd64) kubernetes/0ab1c2d/scheduler", SCHEDULER),
     ("system:serviceaccount:kube-system:job-controller", "", "kcm/job-controller"),
-    (ADMIN, "OpenAPI-Generator/x/python", fs.BENCH),
+    (ADMIN, "OpenAPI-Generator/x/python", BENCH),
     ("someone-else", "kubectl", "someone-else"),
 ])
 def test_each_request_is_told_by_its_user_or_its_agent(user: str, agent: str, who: str) -> None:
-    assert fs.component(event("create", "pods", user, agent=agent), USERS, ADMIN) == who
+    assert component(event("create", "pods", user, agent=agent), USERS, ADMIN) == who
 
 
 def test_calls_count_writes_and_their_conflicts_by_component_and_call() -> None:
-    calls = fs.Calls()
+    calls = Calls()
     for e in (event("update", "workerstatuses", PROVER_USER, subresource="status"),
               event("update", "workerstatuses", PROVER_USER, subresource="status", code=409),
               event("create", "pods", OPERATOR_USER, code=409),
@@ -60,47 +96,47 @@ def test_calls_count_writes_and_their_conflicts_by_component_and_call() -> None:
               # a watch's end and a write's start are the same request again
               event("watch", "pods", OPERATOR_USER),
               event("create", "pods", OPERATOR_USER, stage="ResponseStarted")):
-        calls.add_event(e, fs.component(e, USERS, ADMIN))
-    assert calls.calls == Counter({(fs.PROVERS, "update workerstatuses/status"): 2,
-                                   (fs.OPERATOR, "create pods"): 1,
-                                   (fs.OPERATOR, "watch pods"): 1})
-    assert calls.conflicts == Counter({(fs.PROVERS, "update workerstatuses/status"): 1,
-                                       (fs.OPERATOR, "create pods"): 1})
+        calls.add_event(e, component(e, USERS, ADMIN))
+    assert calls.calls == Counter({(PROVERS, "update workerstatuses/status"): 2,
+                                   (OPERATOR, "create pods"): 1,
+                                   (OPERATOR, "watch pods"): 1})
+    assert calls.conflicts == Counter({(PROVERS, "update workerstatuses/status"): 1,
+                                       (OPERATOR, "create pods"): 1})
     # the successful WorkerStatus write, with the version it was made on
-    assert calls.written == [fs.Written(fs.PROVERS, "update workerstatuses/status", "node-a", "")]
-    mine = fs.Calls()
-    mine.add(calls, fs.OPERATOR)
-    assert mine.of(fs.OPERATOR) == Counter({"create pods": 1, "watch pods": 1})
-    assert not mine.of(fs.PROVERS)
+    assert calls.written == [Written(PROVERS, "update workerstatuses/status", "node-a", "")]
+    mine = Calls()
+    mine.add(calls, OPERATOR)
+    assert mine.of(OPERATOR) == Counter({"create pods": 1, "watch pods": 1})
+    assert not mine.of(PROVERS)
 
 
 def test_the_audit_policy_records_every_write_and_all_of_the_watched_users() -> None:
-    rules = fs.audit_policy([PROVER_USER, OPERATOR_USER])["rules"]
+    rules = audit_policy([PROVER_USER, OPERATOR_USER])["rules"]
     assert rules[0] == {"level": "Metadata", "users": sorted([PROVER_USER, OPERATOR_USER])}
     assert set(rules[1]["verbs"]) == {"create", "update", "patch", "delete", "deletecollection"}
     assert rules[-1] == {"level": "None"}
 
 
-def cost(**overrides: Any) -> fs.Cost:
-    calls = fs.Calls(
-        calls=Counter({(fs.PROVERS, "update workerstatuses/status"): 10,
-                       (fs.OPERATOR, "create pods"): 2, (fs.OPERATOR, "patch pods"): 2,
-                       (fs.KUBELET, "patch pods/status"): 6, (fs.BENCH, "create proofjobs"): 1,
-                       (fs.OPERATOR, "watch pods"): 1}),
-        conflicts=Counter({(fs.PROVERS, "update workerstatuses/status"): 1}))
+def cost(**overrides: Any) -> Cost:
+    calls = Calls(
+        calls=Counter({(PROVERS, "update workerstatuses/status"): 10,
+                       (OPERATOR, "create pods"): 2, (OPERATOR, "patch pods"): 2,
+                       (KUBELET, "patch pods/status"): 6, (BENCH, "create proofjobs"): 1,
+                       (OPERATOR, "watch pods"): 1}),
+        conflicts=Counter({(PROVERS, "update workerstatuses/status"): 1}))
     values: dict[str, Any] = {
-        "system": fs.KUZK, "attempts": 2, "calls": calls,
-        "cpu_s": {fs.OPERATOR: 0.01, "kube-apiserver": 0.1},
+        "system": KUZK, "attempts": 2, "calls": calls,
+        "cpu_s": {OPERATOR: 0.01, "kube-apiserver": 0.1},
         "etcd_wal_bytes": 4000.0, "etcd_puts": 8.0,
         "apiserver_events": {"workerstatuses": 20.0},
         "apiserver_event_bytes": {"workerstatuses": 40000.0},
         "operator_events": {"pods": 6.0, "workerstatuses": 10.0},
-        "ws_kinds": Counter({(fs.PROVERS, "join"): 2, (fs.PROVERS, "stage"): 4,
-                             (fs.OPERATOR, "leave+mark"): 1, (fs.PROVERS, fs.NO_MOVE): 1,
-                             (fs.PROVERS, fs.UNSEEN): 1}),
+        "ws_kinds": Counter({(PROVERS, "join"): 2, (PROVERS, "stage"): 4,
+                             (OPERATOR, "leave+mark"): 1, (PROVERS, NO_MOVE): 1,
+                             (PROVERS, UNSEEN): 1}),
         "lane_s": 3.0,
         "lag_p50_s": 0.2, "lag_p99_s": 0.9}
-    return fs.Cost(**(values | overrides))
+    return Cost(**(values | overrides))
 
 
 def test_figures_are_per_attempt_and_split_writes_from_reads() -> None:
@@ -117,16 +153,16 @@ def test_figures_are_per_attempt_and_split_writes_from_reads() -> None:
     assert figures["not_moves"] == 1.0  # one moved no lane, one changed nothing seen
     # not per attempt
     assert (figures["attempts"], figures["lane_s"], figures["lag_p99_s"]) == (2.0, 3.0, 0.9)
-    assert fs.total(figures, "writes", call=fs.on_workerstatus) == 5.0
-    assert fs.total(figures, "writes", who=fs.kuzk_own) == 7.0
+    assert total(figures, "writes", call=on_workerstatus) == 5.0
+    assert total(figures, "writes", who=kuzk_own) == 7.0
     # every writer but the harness: operator 2, provers 5, kubelet 3
-    assert fs.total(figures, "writes", who=fs.system_side) == 10.0
+    assert total(figures, "writes", who=system_side) == 10.0
 
 
 def test_a_job_run_has_no_operator_events_and_no_lags_when_none_were_seen() -> None:
-    figures = cost(system=fs.JOB, operator_events=None, lag_p50_s=None, lag_p99_s=None,
+    figures = cost(system=JOB, operator_events=None, lag_p50_s=None, lag_p99_s=None,
                    attempts=0).figures()
-    assert not fs.by_prefix(figures, "events")
+    assert not by_prefix(figures, "events")
     assert "lag_p99_s" not in figures
     assert figures["writes|kubelet|patch pods/status"] == 6.0  # divided by at least one
 
@@ -135,37 +171,37 @@ def test_medians_count_a_missing_call_as_zero_but_a_missing_lag_as_unknown() -> 
     rounds = [{"writes|operator|create pods": 1.0, "lag_p99_s": 2.0},
               {"writes|operator|create pods": 3.0},
               {"writes|provers|update workerstatuses": 4.0, "lag_p99_s": 4.0}]
-    out = fs.medians(rounds)
+    out = medians(rounds)
     assert out["writes|operator|create pods"] == 1.0  # median of 1, 3, 0
     assert out["writes|provers|update workerstatuses"] == 0.0  # median of 0, 0, 4
     assert out["lag_p99_s"] == 3.0  # median of the two rounds that saw lags
 
 
 def test_operator_events_take_one_source_per_resource() -> None:
-    counts, sources = fs.operator_events({"pods": 3.0, "proofjobs": 2.0},
+    counts, sources = operator_events({"pods": 3.0, "proofjobs": 2.0},
                                          {"pods": 5.0, "nodes": 0.0})
     assert counts == {"pods": 5.0, "nodes": 0.0, "proofjobs": 2.0}
-    assert sources == {"pods": fs.OPERATOR_WATCH_EVENTS, "nodes": fs.OPERATOR_WATCH_EVENTS,
+    assert sources == {"pods": OPERATOR_WATCH_EVENTS, "nodes": OPERATOR_WATCH_EVENTS,
                        "proofjobs": "Kopf streams"}
-    assert fs.operator_events({"pods": 3.0}, None) == ({"pods": 3.0},
+    assert operator_events({"pods": 3.0}, None) == ({"pods": 3.0},
                                                        {"pods": "Kopf streams"})
 
 
 def test_metrics_are_read_by_resource_and_their_growth_taken() -> None:
-    before = fs.parse_metrics(
+    before = parse_metrics(
         '# TYPE apiserver_watch_events_total counter\n'
         'apiserver_watch_events_total{group="",resource="pods",version="v1"} 5\n'
         '# TYPE etcd_disk_wal_write_bytes_total gauge\netcd_disk_wal_write_bytes_total 100\n')
-    after = fs.parse_metrics(
+    after = parse_metrics(
         '# TYPE apiserver_watch_events_total counter\n'
         'apiserver_watch_events_total{group="",resource="pods",version="v1"} 12\n'
         'apiserver_watch_events_total{group="kuzk.io",resource="workerstatuses",version="v1"}'
         ' 4\n'
         '# TYPE etcd_disk_wal_write_bytes_total gauge\netcd_disk_wal_write_bytes_total 350\n')
-    assert fs.delta(before, after, "apiserver_watch_events_total") == Counter(
+    assert delta(before, after, "apiserver_watch_events_total") == Counter(
         {"pods": 7, "workerstatuses": 4})
-    assert sum(fs.delta(before, after, "etcd_disk_wal_write_bytes_total").values()) == 250
-    assert fs.delta(before, after, "absent_total") == Counter()
+    assert sum(delta(before, after, "etcd_disk_wal_write_bytes_total").values()) == 250
+    assert delta(before, after, "absent_total") == Counter()
 
 
 def lane(uid: str, stage: str, *, mark: str | None = None,
@@ -193,27 +229,27 @@ def test_each_write_is_told_by_what_it_moved() -> None:
     done = status(lane("a", "synth_done"))
     held = status(lane("a", "gpu"), holder="a")
     given = status(lane("a", "committing"))
-    assert fs.lane_moves(empty, one) == "join"
-    assert fs.lane_moves(one, done) == "stage"
-    assert fs.lane_moves(done, held) == "acquire"
-    assert fs.lane_moves(held, given) == "release_gpu"
-    assert fs.lane_moves(given, empty) == "leave"
-    assert fs.lane_moves(held, empty) == "leave"  # a holder's lane removed
+    assert lane_moves(empty, one) == "join"
+    assert lane_moves(one, done) == "stage"
+    assert lane_moves(done, held) == "acquire"
+    assert lane_moves(held, given) == "release_gpu"
+    assert lane_moves(given, empty) == "leave"
+    assert lane_moves(held, empty) == "leave"  # a holder's lane removed
     marked = status(lane("a", "synthesizing", mark="2026-12-05T13:00:05Z"),
                     lane("b", "synthesizing"))
     two = status(lane("a", "synthesizing"), lane("b", "synthesizing"))
-    assert fs.lane_moves(two, marked) == "mark"
-    assert fs.lane_moves(marked, status(lane("b", "synthesizing"))) == "leave"
+    assert lane_moves(two, marked) == "mark"
+    assert lane_moves(marked, status(lane("b", "synthesizing"))) == "leave"
     swept = status(lane("b", "synthesizing", mark="2026-12-05T13:00:06Z"))
-    assert fs.lane_moves(marked, swept) == "leave+mark"
+    assert lane_moves(marked, swept) == "leave+mark"
     # a lane that waits for the GPU phase another holds joins the GPU's queue
     other = status(lane("b", "gpu"), lane("a", "synth_done"), holder="b")
     waits = status(lane("b", "gpu"), lane("a", "synth_done", ready="2026-12-05T13:00:07Z"),
                    holder="b")
-    assert fs.lane_moves(other, waits) == "ready"
-    assert fs.lane_moves(one, status(lane("a", "synthesizing"), stale=1)) == "refused"
+    assert lane_moves(other, waits) == "ready"
+    assert lane_moves(one, status(lane("a", "synthesizing"), stale=1)) == "refused"
     # a write of the lane's memory alone, as a heartbeat carrying it would be: no move
-    assert fs.lane_moves(one, status(lane("a", "synthesizing"), host_bytes=1 << 30)) == fs.NO_MOVE
+    assert lane_moves(one, status(lane("a", "synthesizing"), host_bytes=1 << 30)) == NO_MOVE
 
 
 def ws(rv: str, st: dict[str, Any], name: str = "node-a") -> dict[str, Any]:
@@ -221,7 +257,7 @@ def ws(rv: str, st: dict[str, Any], name: str = "node-a") -> dict[str, Any]:
 
 
 def test_a_write_is_matched_to_the_change_made_on_the_version_it_carried() -> None:
-    moves = fs.Moves()
+    moves = Moves()
     moves.on_event("ADDED", ws("10", status()), 0.0)
     moves.on_event("MODIFIED", ws("12", status(lane("a", "synthesizing"))), 0.0)
     moves.on_event("MODIFIED", ws("15", status(lane("a", "synthesizing"), host_bytes=9)), 0.0)
@@ -230,24 +266,24 @@ def test_a_write_is_matched_to_the_change_made_on_the_version_it_carried() -> No
     moves.on_event("ADDED", ws("21", status(), name="node-b"), 0.0)
     moves.on_event("DELETED", ws("22", status(), name="node-b"), 0.0)
     call = "update workerstatuses/status"
-    written = [fs.Written(fs.PROVERS, call, "node-a", "10"),
-               fs.Written(fs.PROVERS, call, "node-a", "12"),
-               fs.Written(fs.PROVERS, call, "node-a", "15"),  # its change was never seen
-               fs.Written(fs.OPERATOR, "create workerstatuses", "node-c", "")]
-    assert fs.updates(written) == written[:3]
-    assert fs.write_kinds(written, moves.of) == Counter({
-        (fs.PROVERS, "join"): 1, (fs.PROVERS, fs.NO_MOVE): 1, (fs.PROVERS, fs.UNSEEN): 1,
-        (fs.OPERATOR, "create"): 1})
+    written = [Written(PROVERS, call, "node-a", "10"),
+               Written(PROVERS, call, "node-a", "12"),
+               Written(PROVERS, call, "node-a", "15"),  # its change was never seen
+               Written(OPERATOR, "create workerstatuses", "node-c", "")]
+    assert updates(written) == written[:3]
+    assert write_kinds(written, moves.of) == Counter({
+        (PROVERS, "join"): 1, (PROVERS, NO_MOVE): 1, (PROVERS, UNSEEN): 1,
+        (OPERATOR, "create"): 1})
 
 
 def test_the_fleet_makes_a_third_of_a_thousand_attempts_a_second() -> None:
-    assert fs.FLEET.attempts_per_s == pytest.approx(10_000 * 2 / 60)
+    assert FLEET.attempts_per_s == pytest.approx(10_000 * 2 / 60)
 
 
 def test_the_projection_is_per_attempt_counts_times_the_fleet_rate() -> None:
-    fleet = fs.Fleet(gpus=600, lanes=1, partition_s=60.0)  # 10 attempts/s
+    fleet = Fleet(gpus=600, lanes=1, partition_s=60.0)  # 10 attempts/s
     figures = cost().figures()
-    out = fs.projection(figures, fs.KUZK, fleet)
+    out = projection(figures, KUZK, fleet)
     assert out["attempts_per_s"] == pytest.approx(10.0)
     # kuzk's own: operator 2 + provers 5 per attempt
     assert out["own_writes_per_s"] == pytest.approx(7.0 * 10)
@@ -264,8 +300,16 @@ def test_the_job_runs_projection_counts_the_job_controller_as_its_own() -> None:
                "writes|kcm/job-controller|update jobs/status": 0.5,
                "writes|kubelet|patch pods/status": 3.0, "writes|bench|create jobs": 0.1,
                "cpu_ms|kube-controller-manager": 4.0, "cpu_ms|kube-apiserver": 20.0}
-    out = fs.projection(figures, fs.JOB, fs.Fleet(gpus=60, lanes=1, partition_s=60.0))
+    out = projection(figures, JOB, Fleet(gpus=60, lanes=1, partition_s=60.0))
     assert out["own_writes_per_s"] == pytest.approx(1.5)
     assert out["all_writes_per_s"] == pytest.approx(4.5)
     assert out["controller_events_per_s"] == 0.0
     assert out["controller_cores"] == pytest.approx(0.004)
+
+
+def test_the_peak_projection_counts_one_core_operator_processes() -> None:
+    assert PEAK.attempts_per_s == pytest.approx(215.0)
+    out = projection({"cpu_ms|operator": 10.0}, KUZK, PEAK)
+    assert out["controller_cores"] == pytest.approx(2.15)
+    assert out["processes"] == 3.0  # whole processes, one core each
+    assert projection({"cpu_ms|operator": 0.0}, KUZK, PEAK)["processes"] == 1.0
