@@ -25,7 +25,7 @@ from twins import COMPLETION_INDEX, JOB_NAME_LABEL
 
 from kuzk.contract import api
 from kuzk.contract.workerstatus import WorkerStatusModel, parse
-from kuzk.operator.ranges import expand
+from kuzk.operator.decide.ranges import expand
 
 KUZK, JOB = "kuzk", "job"
 OPERATOR, PROVERS, KUBELET = "operator", "provers", "kubelet"

@@ -108,7 +108,7 @@ from kubernetes import client
 
 import kuzk
 from kuzk.contract import api
-from kuzk.operator.pods import PodSettings
+from kuzk.operator.decide.pods import PodSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package

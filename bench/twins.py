@@ -2,8 +2,8 @@
 
 Why: a benchmark comparing kuzk's operator with the Job controller is only fair if both run
 identical pods. The twin's pod template comes from kuzk's own pod builder
-(``kuzk.operator.pods.pod_manifest``): same command, image, env, GPU limit, ServiceAccount and
-PriorityClass; only what a Job cannot know before it exists is taken from the Job's pods
+(``kuzk.operator.decide.pods.pod_manifest``): same command, image, env, GPU limit, ServiceAccount
+and PriorityClass; only what a Job cannot know before it exists is taken from the Job's pods
 instead: ``KUZK_PARTITION`` from the completion index and ``KUZK_JOB_UID`` from the Job
 controller's ``controller-uid`` label. The labels naming a job, partition and attempt, the
 finalizer and the owner reference stay off the twin (the Job controller owns its pods).
@@ -17,7 +17,7 @@ from typing import Any
 
 from kuzk.contract import api
 from kuzk.contract.api import resolve
-from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
 
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 CONTROLLER_UID = "metadata.labels['batch.kubernetes.io/controller-uid']"

@@ -25,8 +25,8 @@ from kuzk.contract import api, crds, filecoin, logs
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.kubeconfig import load_config
 from kuzk.operator import uninstall
+from kuzk.operator.decide.pods import HTTP_PROBES, PROBE_KINDS, PodSettings
 from kuzk.operator.peering import Peering, PeeringError, ensure_peering
-from kuzk.operator.pods import HTTP_PROBES, PROBE_KINDS, PodSettings
 
 
 def _command(text: str) -> list[str]:

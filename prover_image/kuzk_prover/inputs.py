@@ -54,8 +54,8 @@ class ProofInput:
         )
 
 
-# The pod's own identity, set by the downward API (kuzk.operator.pods): absent when the prover runs
-# outside a partition pod, where it proves without reporting its GPU worker's status.
+# The pod's own identity, set by the downward API (kuzk.operator.decide.pods): absent when the
+# prover runs outside a partition pod, where it proves without reporting its GPU worker's status.
 POD_ENV = (pod.NODE_NAME_ENV, pod.POD_NAME_ENV, pod.POD_UID_ENV, pod.POD_NAMESPACE_ENV)
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from kuzk.contract import api, filecoin, pod
-from kuzk.operator.partitions import NO_PROOF
-from kuzk.operator.pods import PodSettings, pod_manifest
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.partitions import NO_PROOF
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import T0, Make
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from kuzk.contract import pod
 from kuzk.contract.api import resolve
-from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
 ROOT = Path(__file__).resolve().parents[1].parent

@@ -1,5 +1,5 @@
 """The partition pod's contract between the operator, which writes the pod
-(``kuzk.operator.pods``), and the prover or the lane agent, which runs in it: the env the pod
+(``kuzk.operator.decide.pods``), and the prover or the lane agent, which runs in it: the env the pod
 gets, the randomness format of its input, its exit codes and its termination message. Both
 sides import these names; neither writes them as literals (``tests/unit/test_pod_contract.py``).
 

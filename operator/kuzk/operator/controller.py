@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from kuzk.contract import api, workers, workerstatus
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
-from kuzk.operator.actions import (
+from kuzk.operator.decide.actions import (
     CreatePod,
     Decision,
     DeleteJob,
@@ -35,13 +35,13 @@ from kuzk.operator.actions import (
     Refusal,
     ReleaseWorker,
 )
+from kuzk.operator.decide.observe import controlled_by
+from kuzk.operator.decide.pods import PodSettings
+from kuzk.operator.decide.policies.refused import POD_REFUSED, refusal, refusal_backoff
+from kuzk.operator.decide.reconcile import reconcile
 from kuzk.operator.events import Poster
 from kuzk.operator.ledger_store import LedgerStore
-from kuzk.operator.observe import controlled_by
-from kuzk.operator.pods import PodSettings
-from kuzk.operator.policies.refused import POD_REFUSED, refusal, refusal_backoff
 from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer
-from kuzk.operator.reconcile import reconcile
 
 log = logging.getLogger("kuzk.operator.controller")
 RESYNC_SECONDS = 10.0

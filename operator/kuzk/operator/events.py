@@ -13,7 +13,7 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
-from kuzk.operator.actions import Event
+from kuzk.operator.decide.actions import Event
 
 log = logging.getLogger("kuzk.operator.events")
 EVENT_COMPONENT = "kuzk-operator"

@@ -29,11 +29,11 @@ from kuzk.contract.kubeconfig import load_config
 from kuzk.contract.listwatch import KubeClient
 from kuzk.operator.caches import Caches, Index, pod_keys, slim, worker_status_keys
 from kuzk.operator.controller import POD_CALLS_IN_FLIGHT, Controller
+from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.events import EventRecorder
 from kuzk.operator.ledger_store import FoldQueue, LedgerStore
 from kuzk.operator.metrics import OperatorMetrics
 from kuzk.operator.peering import Peering, PeerWatch
-from kuzk.operator.pods import PodSettings
 from kuzk.operator.runtime import Runtime
 from kuzk.operator.streams import Streams
 

@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk.contract import api, worker_writes, workers
 from kuzk.contract.clock import SYSTEM, Clock
-from kuzk.operator.actions import ReleaseWorker
-from kuzk.operator.observe import controller_of, is_deleting, release_action, worker_outcome
+from kuzk.operator.decide.actions import ReleaseWorker
+from kuzk.operator.decide.observe import controller_of, is_deleting, release_action, worker_outcome
 
 log = logging.getLogger("kuzk.operator.reclaim")
 ORPHAN_LOOK_SECONDS = 30.0

@@ -21,7 +21,7 @@ a peering pause) and, at start, until Kopf's index of ProofJobs is complete
 so an object deleted while it was stopped is delivered as deleted. Kopf keeps a ProofJob in
 its index until it sees its DELETED event, so after Kopf lists again a job deleted in between
 can linger: writes about such a ghost get 404 and are settled as gone; decisions never depend
-on a pod existing beyond its job's recorded attempt (``kuzk.operator.partitions`` keeps that
+on a pod existing beyond its job's recorded attempt (``kuzk.operator.decide.partitions`` keeps that
 watermark), and an orphaned pod is deleted only after one read confirms its job is gone.
 """
 
@@ -38,15 +38,15 @@ from kuzk.contract import api, ledger, workerstatus
 from kuzk.contract.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches, JobKey, slim
 from kuzk.operator.controller import Body, Controller, JobGone, pods_of
-from kuzk.operator.ledger_store import FoldQueue
-from kuzk.operator.metrics import OperatorMetrics, Timer
-from kuzk.operator.observe import (
+from kuzk.operator.decide.observe import (
     awaits_release,
     controlled_by,
     controller_of,
     is_deleting,
     sweep_outcome,
 )
+from kuzk.operator.ledger_store import FoldQueue
+from kuzk.operator.metrics import OperatorMetrics, Timer
 from kuzk.operator.workqueue import Gone, WorkQueue
 
 log = logging.getLogger("kuzk.operator.runtime")

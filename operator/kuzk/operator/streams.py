@@ -6,10 +6,10 @@ these two: it keeps them in memory and tells ``kuzk.operator.runtime`` what chan
 lean ``contract.listwatch`` loop (bookmarks, resume from the last resourceVersion, a new list on
 410 Gone) into an ``kuzk.operator.caches.Index``, and only the ProofJobs (and peering) stay Kopf's.
 
-What arrives is selected by the API server: partition pods by the labels ``kuzk.operator.pods`` puts
-on them (``POD_SELECTOR``; per watched namespace, as Kopf's scope), and every WorkerStatus.
-The operator watches no Nodes: a GPU's WorkerStatus is made by its first lane, and the
-garbage collector deletes it with its Node.
+What arrives is selected by the API server: partition pods by the labels
+``kuzk.operator.decide.pods`` puts on them (``POD_SELECTOR``; per watched namespace, as Kopf's
+scope), and every WorkerStatus. The operator watches no Nodes: a GPU's WorkerStatus is made
+by its first lane, and the garbage collector deletes it with its Node.
 
 A list replaces what its stream held: objects that changed or are new are delivered as
 events, objects gone (deleted while the stream was stopped or broken) as DELETED, so no ghost

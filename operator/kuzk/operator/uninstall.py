@@ -9,8 +9,8 @@ from typing import Any, cast
 from kubernetes import client
 
 from kuzk.contract import api
-from kuzk.operator.actions import ReleaseWorker
-from kuzk.operator.observe import controller_of
+from kuzk.operator.decide.actions import ReleaseWorker
+from kuzk.operator.decide.observe import controller_of
 from kuzk.operator.reclaim import Reclaimer
 
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract.api import resolve
-from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from testenv.cluster import Cluster
 from tests.integration.operator.conftest import proofjob
 

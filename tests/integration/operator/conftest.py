@@ -30,7 +30,7 @@ from kubernetes.config import kube_config
 from kuzk.contract import api
 from kuzk.contract.api import resolve
 from kuzk.operator import handlers
-from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk.operator.runtime import Runtime
 from testenv.cluster import Cluster
 from testenv.controlplane import stop_group

@@ -1,4 +1,4 @@
-"""A stand-in prover for operator tests; it keeps the pod contract (``kuzk.operator.pods``).
+"""A stand-in prover for operator tests; it keeps the pod contract (``kuzk.operator.decide.pods``).
 
 argv: PLAN_DIR. It reads ``PLAN_DIR/plan.json``, a map from "<pod>", "<partition>:<attempt>",
 "<partition>" or "*" to {"exit": int, "message": str, "hold": bool, "seconds": float,

@@ -126,7 +126,7 @@ def test_no_job_is_left_without_a_look_when_a_third_of_the_requests_fail(
 def test_a_job_deleted_between_read_and_status_write_is_gone_on_one_info_line(
         kuzk_installed: Cluster, namespace: str, caplog: pytest.LogCaptureFixture) -> None:
     from kuzk.operator.controller import Controller, JobGone
-    from kuzk.operator.pods import PodSettings
+    from kuzk.operator.decide.pods import PodSettings
 
     cluster = kuzk_installed
     custom = client.CustomObjectsApi(cluster.api)

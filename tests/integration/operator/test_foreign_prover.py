@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from kuzk.contract import api
-from kuzk.operator.pods import KERNEL_CACHE_DIR
+from kuzk.operator.decide.pods import KERNEL_CACHE_DIR
 from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
 from testenv.runtime import Images, build_images

@@ -26,7 +26,8 @@ from typing import Any
 
 from kuzk.contract import api
 from kuzk.contract.api import resolve
-from kuzk.operator.actions import (
+from kuzk.operator.controller import without_nulls
+from kuzk.operator.decide.actions import (
     Action,
     CreatePod,
     Decision,
@@ -35,9 +36,8 @@ from kuzk.operator.actions import (
     Event,
     ReleaseWorker,
 )
-from kuzk.operator.controller import without_nulls
-from kuzk.operator.pods import PodSettings, pod_manifest
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.reconcile import reconcile
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 SETTINGS = PodSettings(image="kuzk/prover:test")

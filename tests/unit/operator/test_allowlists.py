@@ -9,9 +9,9 @@ import copy
 
 import pytest
 
-from kuzk.operator.actions import CreatePod
-from kuzk.operator.pods import PodSettings
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.actions import CreatePod
+from kuzk.operator.decide.pods import PodSettings
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import T0, Make
 
 STRICT = PodSettings(image="kuzk/prover:1",

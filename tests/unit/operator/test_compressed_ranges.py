@@ -1,4 +1,4 @@
-"""kuzk.operator.ranges: compressed index ranges, both ways."""
+"""kuzk.operator.decide.ranges: compressed index ranges, both ways."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kuzk.operator import ranges
+from kuzk.operator.decide import ranges
 
 
 @pytest.mark.parametrize(

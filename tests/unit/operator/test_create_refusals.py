@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kuzk.operator.actions import Refusal
-from kuzk.operator.policies.refused import refusal
+from kuzk.operator.decide.actions import Refusal
+from kuzk.operator.decide.policies.refused import refusal
 
 
 @pytest.mark.parametrize("status", [400, 403, 422])

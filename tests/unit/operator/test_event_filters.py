@@ -14,9 +14,9 @@ from kuzk.contract import api
 from kuzk.contract.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches, Index, worker_status_keys
 from kuzk.operator.controller import Controller
-from kuzk.operator.observe import Claim, worker_claims
+from kuzk.operator.decide.observe import Claim, worker_claims
+from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.peering import outranked
-from kuzk.operator.pods import PodSettings
 from kuzk.operator.runtime import JobState, Runtime, changed_jobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

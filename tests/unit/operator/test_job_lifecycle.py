@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from kuzk.contract import api
-from kuzk.operator.actions import CreatePod, DeleteJob, DeletePod, Event
-from kuzk.operator.pods import PodSettings
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.actions import CreatePod, DeleteJob, DeletePod, Event
+from kuzk.operator.decide.pods import PodSettings
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import T0, Cluster, Make, commitment_for
 
 SETTINGS = PodSettings(image="kuzk/prover:test")

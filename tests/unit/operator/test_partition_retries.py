@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kuzk.operator.actions import CreatePod, DeletePod, Event
-from kuzk.operator.pods import PodSettings
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.actions import CreatePod, DeletePod, Event
+from kuzk.operator.decide.pods import PodSettings
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import T0, Cluster, Make
 
 SETTINGS = PodSettings(image="kuzk/prover:test")

@@ -12,7 +12,7 @@ import pytest
 
 from kuzk.contract.api import resolve
 from kuzk.contract.pod import ALIVE_PORT
-from kuzk.operator.pods import HTTP_PROBES, PROBE_KINDS, PodSettings, pod_manifest
+from kuzk.operator.decide.pods import HTTP_PROBES, PROBE_KINDS, PodSettings, pod_manifest
 from kuzk_prover.alive import PULSE_S
 from tests.unit.operator.objects import Make
 

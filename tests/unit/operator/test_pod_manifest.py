@@ -1,4 +1,4 @@
-"""kuzk.operator.pods.pod_manifest: the partition pod contract."""
+"""kuzk.operator.decide.pods.pod_manifest: the partition pod contract."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from kuzk.contract import api
 from kuzk.contract.api import resolve
-from kuzk.operator.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")

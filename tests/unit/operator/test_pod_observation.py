@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from kuzk.operator.actions import CreatePod, DeletePod, Event, ReleaseWorker
-from kuzk.operator.observe import observe, worker_outcome
-from kuzk.operator.pods import PodSettings
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.actions import CreatePod, DeletePod, Event, ReleaseWorker
+from kuzk.operator.decide.observe import observe, worker_outcome
+from kuzk.operator.decide.pods import PodSettings
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import T0, Make, commitment_for
 
 SETTINGS = PodSettings(image="kuzk/prover:test")

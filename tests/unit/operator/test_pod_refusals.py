@@ -10,9 +10,9 @@ from datetime import timedelta
 
 import pytest
 
-from kuzk.operator.actions import CreatePod, Decision, Refusal
-from kuzk.operator.policies.refused import refusal_backoff
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.actions import CreatePod, Decision, Refusal
+from kuzk.operator.decide.policies.refused import refusal_backoff
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import SETTINGS, Cluster, Make
 
 QUOTA = 'pods "job-p0-a1" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=1'

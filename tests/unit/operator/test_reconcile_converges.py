@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 
 from kuzk.contract import api
-from kuzk.operator.actions import CreatePod, Event
 from kuzk.operator.controller import without_nulls
-from kuzk.operator.reconcile import reconcile
+from kuzk.operator.decide.actions import CreatePod, Event
+from kuzk.operator.decide.reconcile import reconcile
 from tests.unit.operator.objects import (
     SETTINGS,
     Cluster,

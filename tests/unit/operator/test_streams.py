@@ -14,7 +14,7 @@ from kuzk.contract import api
 from kuzk.contract.listwatch import KubeClient
 from kuzk.operator.caches import Caches, Index, pod_keys, worker_status_keys
 from kuzk.operator.controller import Controller
-from kuzk.operator.pods import PodSettings
+from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.runtime import Runtime
 from kuzk.operator.streams import POD_SELECTOR, PODS, WORKERSTATUSES, Stream, Streams
 from tests.unit.status.builders import gpu_workerstatus, worker

@@ -2,7 +2,7 @@
 
 While spec.suspend is true an unfinished job is Suspended: its live pods are deleted, and the
 attempts they ran end without counting, so each partition goes on as its next attempt on
-resume. Its startTime is cleared (``kuzk.operator.reconcile``), so activeDeadlineSeconds
+resume. Its startTime is cleared (``kuzk.operator.decide.reconcile``), so activeDeadlineSeconds
 counts again from the resume, as for a batch/v1 Job. The job says when it is suspended and
 when it resumes.
 """
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kuzk.contract.api import PHASE_SUSPENDED
-from kuzk.operator.actions import Event
-from kuzk.operator.observe import is_finished
-from kuzk.operator.policies.retries import Retry
+from kuzk.operator.decide.actions import Event
+from kuzk.operator.decide.observe import is_finished
+from kuzk.operator.decide.policies.retries import Retry
 
 RETRIED_SUSPEND = "Suspended"
 INTERRUPTED = "interrupted by spec.suspend"

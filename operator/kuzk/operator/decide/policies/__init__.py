@@ -1,7 +1,7 @@
 """The ProofJob's policies, one file each, as pure functions over what exists (the job's spec
 and status, a partition's record, its pods, the time passed in) that return a decision; the
-caller (``kuzk.operator.partitions``, ``kuzk.operator.reconcile``) applies it. None knows Kopf
-or the Kubernetes client, and none reads the clock.
+caller (``kuzk.operator.decide.partitions``, ``kuzk.operator.decide.reconcile``) applies it.
+None knows Kopf or the Kubernetes client, and none reads the clock.
 
 - ``retries``: backoffLimitPerPartition: a failed attempt is retried while retries are left;
   a disrupted or vanished attempt, or one that left no record, is retried without counting.

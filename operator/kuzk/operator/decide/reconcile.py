@@ -25,21 +25,34 @@ from kuzk.contract.api import (
     PHASE_SUSPENDED,
     STARTED_STATES,
 )
-from kuzk.operator import ranges
-from kuzk.operator.actions import Action, CreatePod, Decision, DeleteJob, DeletePod, Event, Refusal
-from kuzk.operator.conditions import REJECTED, conditions
-from kuzk.operator.observe import (
+from kuzk.operator.decide import ranges
+from kuzk.operator.decide.actions import (
+    Action,
+    CreatePod,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    Event,
+    Refusal,
+)
+from kuzk.operator.decide.conditions import REJECTED, conditions
+from kuzk.operator.decide.observe import (
     controlled_by,
     is_deleting,
     is_finished,
     release_action,
     worker_claims,
 )
-from kuzk.operator.partitions import FAILED_JOB, Partition, advance
-from kuzk.operator.pods import PodSettings, pod_manifest
-from kuzk.operator.policies import deadline, suspend, ttl
-from kuzk.operator.policies.refused import POD_REFUSED, after_refusal, pods_refused, retry_after
-from kuzk.operator.policies.retries import VANISHED, after_disruption
+from kuzk.operator.decide.partitions import FAILED_JOB, Partition, advance
+from kuzk.operator.decide.pods import PodSettings, pod_manifest
+from kuzk.operator.decide.policies import deadline, suspend, ttl
+from kuzk.operator.decide.policies.refused import (
+    POD_REFUSED,
+    after_refusal,
+    pods_refused,
+    retry_after,
+)
+from kuzk.operator.decide.policies.retries import VANISHED, after_disruption
 
 Pod = Mapping[str, Any]
 Failure = tuple[str, str]

@@ -9,7 +9,7 @@ from typing import Any
 
 from kuzk.contract import api
 from kuzk.contract.api import FINISHED_PHASES
-from kuzk.operator.actions import DeleteJob
+from kuzk.operator.decide.actions import DeleteJob
 
 
 def decide(spec: api.JobSpec, status: Mapping[str, Any], now: datetime) -> DeleteJob | float | None:

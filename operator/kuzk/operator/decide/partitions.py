@@ -6,7 +6,7 @@ backoffLimitPerPartition and ``disruptions`` counts the retries that don't count
 above the watermark are folded in attempt order, so a status write lost after a pod was
 created (an operator killed between the two) is recovered from the pods themselves. What
 follows an attempt that ended without a result is the policies' to say
-(``kuzk.operator.policies.retries`` and ``refused``); ``Partition.follow`` applies it.
+(``kuzk.operator.decide.policies.retries`` and ``refused``); ``Partition.follow`` applies it.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from kuzk.contract.api import (
     STATES,
     TERMINAL_STATES,
 )
-from kuzk.operator.actions import Event, partition_event
-from kuzk.operator.observe import Claim, Outcome, observe
-from kuzk.operator.policies.refused import POD_REFUSED, Backoff, after_invalid_input
-from kuzk.operator.policies.retries import (
+from kuzk.operator.decide.actions import Event, partition_event
+from kuzk.operator.decide.observe import Claim, Outcome, observe
+from kuzk.operator.decide.policies.refused import POD_REFUSED, Backoff, after_invalid_input
+from kuzk.operator.decide.policies.retries import (
     GiveUp,
     Retry,
     after_disruption,
@@ -127,7 +127,7 @@ class Partition:
         self.finished_at = self.finished_at or now
 
     def follow(self, verdict: Retry | GiveUp | Backoff, now: str) -> list[Event]:
-        """Apply a policy's verdict (``kuzk.operator.policies``) at ``now``: a fresh attempt,
+        """Apply a policy's verdict (``kuzk.operator.decide.policies``) at ``now``: a fresh attempt,
         the partition's failure, or the backoff of its refused pod. Returns its Event, if
         any."""
         if isinstance(verdict, Retry):

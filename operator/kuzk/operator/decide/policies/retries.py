@@ -6,14 +6,14 @@ none. An attempt that did nothing wrong (its pod disrupted: evicted, preempted, 
 lost, deleted while it ran, or gone without a trace) is retried without counting, and so is an
 attempt whose record a lost status write took (a later attempt's pod exists: the partition
 resumes at it). The verdicts here are applied to the partition's record by
-``kuzk.operator.partitions.Partition.follow``.
+``kuzk.operator.decide.partitions.Partition.follow``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kuzk.operator.actions import Event, partition_event
+from kuzk.operator.decide.actions import Event, partition_event
 
 # Why a partition's attempt ended early (``reason`` in its status entry).
 RETRIED_FAILURE = "Failed"

@@ -17,7 +17,7 @@ from kuzk.contract import api
 from kuzk.contract.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
 from kuzk.contract.lanes import lane_views
 from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result
-from kuzk.operator.actions import ReleaseWorker
+from kuzk.operator.decide.actions import ReleaseWorker
 
 # Pod-level reasons the kubelet and controllers give for killing a pod that did nothing wrong.
 DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Terminated", "NodeLost"})

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 
 from kuzk.contract.api import parse_time
 from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE
-from kuzk.operator.actions import Event, Refusal, partition_event
-from kuzk.operator.policies.retries import GiveUp
+from kuzk.operator.decide.actions import Event, Refusal, partition_event
+from kuzk.operator.decide.policies.retries import GiveUp
 
 POD_REFUSED = "PodRefused"
 FAILED_POD_INVALID = "PodInvalid"
