@@ -19,8 +19,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from kuzk_prover.core.prover import prove
 from kuzk_prover.inputs import make_input
-from kuzk_prover.prover import prove
 from kuzk_prover.reporter import cupy_pool_bytes
 
 try:

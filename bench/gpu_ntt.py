@@ -22,16 +22,16 @@ from functools import partial
 
 import numpy as np
 
-from kuzk_prover import ntt, quotient
-from kuzk_prover.field import P
+from kuzk_prover.core import ntt, quotient
+from kuzk_prover.core.field import P
 
 try:
     import cupy
 except ImportError:
     sys.exit("bench/gpu_ntt.py needs CuPy: pip install -e '.[gpu]'")
 
-from kuzk_prover.cuda import pipeline
-from kuzk_prover.cuda_source import transform_launches
+from kuzk_prover.core.cuda import pipeline
+from kuzk_prover.core.cuda_source import transform_launches
 
 WORD = 4
 FLOOR_LOG2 = 24

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from kuzk_prover.backend import select_backend
+from kuzk_prover.core.backend import select_backend
+from kuzk_prover.core.prover import Result, prove
 from kuzk_prover.inputs import make_input
-from kuzk_prover.prover import Result, prove
 
 try:
     import cupy
@@ -49,7 +49,7 @@ except ImportError as exc:
     sys.exit(f"bench/gpu_prove.py needs CuPy and nvidia-ml-py ({exc}): "
              "pip install -e '.[gpu,bench]'")
 
-from kuzk_prover.cuda import pipeline
+from kuzk_prover.core.cuda import pipeline
 
 HELD_GOAL_MS = 20.0
 DEVICE_SHARE_GOAL = 0.80

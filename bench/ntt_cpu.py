@@ -16,8 +16,8 @@ from functools import partial
 
 import numpy as np
 
-from kuzk_prover import ntt
-from kuzk_prover.field import P
+from kuzk_prover.core import ntt
+from kuzk_prover.core.field import P
 
 try:
     import galois

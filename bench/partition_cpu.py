@@ -22,11 +22,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from kuzk_prover import synthesis
+from kuzk_prover.core import synthesis
+from kuzk_prover.core.ntt import ArrayTransforms, host_tables
+from kuzk_prover.core.prover import Result, prove
+from kuzk_prover.core.quotient import vanishing_on_coset
 from kuzk_prover.inputs import make_input
-from kuzk_prover.ntt import ArrayTransforms, host_tables
-from kuzk_prover.prover import Result, prove
-from kuzk_prover.quotient import vanishing_on_coset
 
 TOLERANCE = 0.10
 

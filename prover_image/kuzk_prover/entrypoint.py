@@ -42,12 +42,12 @@ from kuzk.contract.pod import (
 from kuzk.contract.workers import Gpu
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.alive import Pulse
-from kuzk_prover.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
-from kuzk_prover.commitment import SelfCheckFailed
+from kuzk_prover.core.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
+from kuzk_prover.core.commitment import SelfCheckFailed
+from kuzk_prover.core.prover import Result, prove
 from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
 from kuzk_prover.outage import OUTAGE_BUDGET_S
 from kuzk_prover.probes import Unanswerable, answering
-from kuzk_prover.prover import Result, prove
 from kuzk_prover.reporter import ProverReporter, for_partition_pod
 from kuzk_prover.termination import brief, message_path, one_line, write_message
 

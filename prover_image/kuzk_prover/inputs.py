@@ -47,7 +47,7 @@ class ProofInput:
         """The witness seed of this partition."""
         # Imported here, not at the top: this module's reading of the pod contract serves
         # the lane agent (``kuzk_prover.lane_agent``) too, which must run without NumPy.
-        from kuzk_prover.synthesis import derive_seed
+        from kuzk_prover.core.synthesis import derive_seed
 
         return derive_seed(
             self.proof_kind, self.miner, self.sector, self.randomness, self.partition

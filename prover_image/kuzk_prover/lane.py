@@ -25,6 +25,7 @@ from kuzk_prover.lane_protocol import (
     RESULT,
     SOCKET_ENV,
     STAGE,
+    STAGES,
     Call,
     CallRefused,
     parse_call,
@@ -44,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
                           " GPU phase for CMD's whole run")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     stage = calls.add_parser(STAGE, help="report the lane's stage")
-    stage.add_argument("name", help="synthesizing, synth_done or committing")
+    stage.add_argument("name", help=f"{', '.join(STAGES[:-1])} or {STAGES[-1]}")
     calls.add_parser(ACQUIRE, help="block until this lane holds its GPU's phase")
     calls.add_parser(RELEASE_GPU, help="give the GPU phase up")
     result = calls.add_parser(RESULT, help="hand over the result JSON")

@@ -31,6 +31,7 @@ from types import FrameType
 from typing import IO, cast
 
 from kuzk.contract import logs
+from kuzk.contract.api import COMMITTING
 from kuzk.contract.pod import (
     FAILED_EXIT_CODE,
     INVALID_INPUT_EXIT_CODE,
@@ -98,7 +99,7 @@ class LaneAgent:
         if not self.calls:
             msg = f"{name}: {_WHOLE_RUN}"
             raise CallRefused(msg)
-        if call.verb == STAGE and call.argument != "committing":
+        if call.verb == STAGE and call.argument != COMMITTING:
             if self.holding:
                 msg = f"{name}: this lane holds the GPU phase; release-gpu first"
                 raise CallRefused(msg)

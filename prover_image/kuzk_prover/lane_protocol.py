@@ -11,7 +11,8 @@ line and reads one reply per line, on one connection or on one connection per ca
     result {"commitment": "0x…", "synth_ms": 812, "gpu_ms": 2300}
 
 Every reply is ``ok`` (maybe followed by a note) or ``error <what was wrong>``. Only the
-standard library is imported here: a call is one process start, and stays cheap.
+standard library and the contract's vocabulary (``kuzk.contract.api``: the stage names) are
+imported here: a call is one process start, and stays cheap.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from kuzk.contract.api import COMMITTING, SYNTH_DONE, SYNTHESIZING
+
 SOCKET_ENV = "KUZK_LANE_SOCKET"
 STAGE, ACQUIRE, RELEASE_GPU, RESULT = "stage", "acquire", "release-gpu", "result"
 CALLS = (STAGE, ACQUIRE, RELEASE_GPU, RESULT)
 # The stages a prover names; ``committing`` ends its GPU phase (as ``release-gpu`` does).
-STAGES = ("synthesizing", "synth_done", "committing")
+STAGES = (SYNTHESIZING, SYNTH_DONE, COMMITTING)
 MAX_LINE = 8192
 
 

@@ -17,8 +17,8 @@ import sys
 import numpy as np
 
 from kuzk_prover import inputs as inputs_module
+from kuzk_prover.core.prover import prove
 from kuzk_prover.inputs import InputError, ProofInput
-from kuzk_prover.prover import prove
 
 
 def recompute(inputs: ProofInput) -> str:

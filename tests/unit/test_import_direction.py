@@ -5,9 +5,12 @@
 - ``kuzk.operator`` imports the contract and itself, never the status server;
 - ``kuzk.status`` imports the contract and itself, never the operator, and of the contract
   never the write protocol: it reads and writes nothing;
-- the prover imports only the contract, and its proving core nothing of kuzk at all.
+- the prover imports only the contract, and its proving core (``kuzk_prover/core/``) nothing
+  of kuzk at all.
 
-The pure decision knows neither Kopf nor the Kubernetes client, and nothing reads the time but
+The rules read folders, not lists: the pure decision (``kuzk/operator/decide/``) imports only
+the contract and itself, and it and every contract module but the few that speak through the
+client know neither Kopf nor the Kubernetes client; nothing reads the time but
 ``kuzk.contract.clock``."""
 
 from __future__ import annotations
@@ -22,19 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 KUZK = ROOT / "operator" / "kuzk"
 CONTRACT = KUZK / "contract"
 OPERATOR = KUZK / "operator"
+DECIDE = OPERATOR / "decide"
 STATUS = KUZK / "status"
 PROVER = ROOT / "prover_image" / "kuzk_prover"
-# The pure decision and the models it reads: no Kopf, no client, no I/O.
-PURE = [CONTRACT / f"{m}.py" for m in ("api", "pod", "filecoin", "workerstatus", "lane_model",
-                                       "gputime", "lanes", "workers", "ledger")] + [
-    OPERATOR / f"{m}.py" for m in ("actions", "observe", "pods", "partitions", "conditions",
-                                   "reconcile", "ranges")] + sorted(
-    (OPERATOR / "policies").glob("*.py"))
-# The prover's modules that talk to the API server or keep the pod contract (its env, exit
-# codes and termination message: kuzk.contract.pod); the rest (the proving core) imports
-# nothing of kuzk.
-PROVER_EDGE = ("reporter", "outage", "entrypoint", "lane_agent", "inputs", "lane", "alive",
-               "probes", "termination")
+CORE = PROVER / "core"
+# The contract's modules that speak to the API server through the client; every other one is
+# a model or a rule, as pure as the decision.
+CONTRACT_CLIENT = [CONTRACT / f"{m}.py" for m in ("kubeconfig", "listwatch", "retry",
+                                                  "worker_writes")]
 # The WorkerStatus write protocol: the status server only reads.
 WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
 
@@ -91,13 +89,25 @@ def test_the_status_server_imports_the_contract_and_itself_and_never_writes(path
     assert not wrong, f"{path.name} imports {wrong}"
 
 
-@pytest.mark.parametrize("path", sources(PROVER), ids=ids)
+@pytest.mark.parametrize("path", sources(DECIDE), ids=ids)
+def test_the_decision_imports_the_contract_and_itself(path: Path) -> None:
+    wrong = outside(imported(path), "kuzk.contract", "kuzk.operator.decide")
+    assert not wrong, f"{path.name} imports {wrong}"
+
+
+@pytest.mark.parametrize("path", [p for p in sources(PROVER) if CORE not in p.parents], ids=ids)
 def test_the_prover_imports_only_the_contract(path: Path) -> None:
     names = of_kuzk(imported(path))
-    if path.stem in PROVER_EDGE:
-        assert not outside(names, "kuzk.contract"), outside(names, "kuzk.contract")
-    else:
-        assert not names, f"{path.name}, of the proving core, imports {sorted(names)}"
+    assert not outside(names, "kuzk.contract"), outside(names, "kuzk.contract")
+
+
+@pytest.mark.parametrize("path", sources(CORE), ids=ids)
+def test_the_proving_core_imports_nothing_of_kuzk(path: Path) -> None:
+    names = of_kuzk(imported(path))
+    assert not names, f"{path.name}, of the proving core, imports {sorted(names)}"
+
+
+PURE = sources(DECIDE) + [p for p in sources(CONTRACT) if p not in CONTRACT_CLIENT]
 
 
 @pytest.mark.parametrize("path", PURE, ids=ids)

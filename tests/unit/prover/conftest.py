@@ -10,7 +10,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from kuzk_prover.backend import BackendUnavailable, select_backend
+from kuzk_prover.core.backend import BackendUnavailable, select_backend
 
 
 def _cupy_or_skip() -> ModuleType:

@@ -2,7 +2,7 @@
 
    A launch starts blockDim.x threads once; each runs every block in turn, with a barrier
    between blocks, so __shared__ (a function-local static) is reused safely. __syncthreads()
-   is the same barrier. Only what kuzk_prover.cuda_source uses is provided. */
+   is the same barrier. Only what kuzk_prover.core.cuda_source uses is provided. */
 #include <barrier>
 #include <thread>
 #include <vector>

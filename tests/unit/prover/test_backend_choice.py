@@ -8,8 +8,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from kuzk_prover import backend
-from kuzk_prover.backend import BackendChoiceError, BackendUnavailable, select_backend
+from kuzk_prover.core import backend
+from kuzk_prover.core.backend import BackendChoiceError, BackendUnavailable, select_backend
 
 
 def test_numpy_when_forced() -> None:

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kuzk_prover import commitment, cuda, domain, field, ntt, quotient, synthesis
-from kuzk_prover.cuda import KERNELS, DevicePipeline
-from kuzk_prover.cuda_source import kernel_source
-from kuzk_prover.cuda_streams import HostStreams
-from kuzk_prover.field import GENERATOR, P
-from kuzk_prover.quotient import Quotient
+from kuzk_prover.core import commitment, cuda, domain, field, ntt, quotient, synthesis
+from kuzk_prover.core.cuda import KERNELS, DevicePipeline
+from kuzk_prover.core.cuda_source import kernel_source
+from kuzk_prover.core.cuda_streams import HostStreams
+from kuzk_prover.core.field import GENERATOR, P
+from kuzk_prover.core.quotient import Quotient
 
 SHIM = Path(__file__).with_name("cuda_shim.h")
 SMALL_TILE, SMALL_ROW = 5, 2

@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 
-from kuzk_prover.commitment import merkle_root
+from kuzk_prover.core.commitment import merkle_root
+from kuzk_prover.core.prover import prove
 from kuzk_prover.inputs import ProofInput, make_input
-from kuzk_prover.prover import prove
 from kuzk_prover.verify import verify
 
 RANDOMNESS = "0x" + "ab" * 32

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kuzk_prover import field
-from kuzk_prover.field import P
+from kuzk_prover.core import field
+from kuzk_prover.core.field import P
 
 elements = st.integers(min_value=0, max_value=P - 1)
 vectors = st.lists(elements, min_size=1, max_size=64)

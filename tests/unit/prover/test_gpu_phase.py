@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from kuzk_prover import domain, field, ntt, prover, synthesis
+from kuzk_prover.core import domain, field, ntt, prover, synthesis
 from kuzk_prover.inputs import make_input
 
 

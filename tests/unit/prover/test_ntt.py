@@ -8,8 +8,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from kuzk_prover import domain, field, ntt
-from kuzk_prover.field import GENERATOR, P
+from kuzk_prover.core import domain, field, ntt
+from kuzk_prover.core.field import GENERATOR, P
 
 
 def _naive_dft(x: list[int], omega: int) -> list[int]:

@@ -9,13 +9,13 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from kuzk_prover import commitment, field, prover, synthesis
-from kuzk_prover import quotient as quotient_module
-from kuzk_prover.commitment import SelfCheckFailed
-from kuzk_prover.field import P
+from kuzk_prover.core import commitment, field, prover, synthesis
+from kuzk_prover.core import quotient as quotient_module
+from kuzk_prover.core.commitment import SelfCheckFailed
+from kuzk_prover.core.field import P
+from kuzk_prover.core.quotient import Quotient, evaluate_many, quotient, vanishing_at
+from kuzk_prover.core.xp import to_host
 from kuzk_prover.inputs import make_input
-from kuzk_prover.quotient import Quotient, evaluate_many, quotient, vanishing_at
-from kuzk_prover.xp import to_host
 
 
 def _horner(coeffs: list[int], r: int) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kuzk_prover import field, synthesis
-from kuzk_prover.field import P
+from kuzk_prover.core import field, synthesis
+from kuzk_prover.core.field import P
 
 
 @pytest.mark.parametrize("log_n", [4, 6, 8, 12, 16])

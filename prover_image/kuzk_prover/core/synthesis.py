@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kuzk_prover import field
-from kuzk_prover.field import U64, P
+from kuzk_prover.core import field
+from kuzk_prover.core.field import U64, P
 
 ROWS_PER_ROUND = 4
 MAX_ROUNDS = 64

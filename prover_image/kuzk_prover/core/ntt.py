@@ -15,7 +15,7 @@ twiddle matrix and the coset powers, ``HostTables``) are cached only up to 2^22 
 more would pin gigabytes. A prover builds them before its GPU phase (``prepare``), so that the
 phase holds the transforms and nothing else.
 
-CuPy arrays go to the hand-written kernels in ``kuzk_prover.cuda`` instead: ``transforms(xp)``
+CuPy arrays go to the hand-written kernels in ``kuzk_prover.core.cuda`` instead: ``transforms(xp)``
 is the one place that chooses between the two.
 """
 
@@ -28,11 +28,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kuzk_prover import cuda, field
-from kuzk_prover.cuda import HeldRun
-from kuzk_prover.domain import CACHE_TABLES_UP_TO_LOG2, coset_tables, log2_size
-from kuzk_prover.field import U64, P
-from kuzk_prover.xp import array_namespace, is_cupy
+from kuzk_prover.core import cuda, field
+from kuzk_prover.core.cuda import HeldRun
+from kuzk_prover.core.domain import CACHE_TABLES_UP_TO_LOG2, coset_tables, log2_size
+from kuzk_prover.core.field import U64, P
+from kuzk_prover.core.xp import array_namespace, is_cupy
 
 _P = np.uint64(P)
 
@@ -239,7 +239,7 @@ class ArrayTransforms:
 
 def transforms(xp: ModuleType) -> Transforms:
     """The one dispatch on the namespace: CuPy arrays go to the device kernels of
-    ``kuzk_prover.cuda``, other arrays to the array code here."""
+    ``kuzk_prover.core.cuda``, other arrays to the array code here."""
     return cuda.pipeline() if is_cupy(xp) else ArrayTransforms(xp)
 
 

@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
-from kuzk_prover import quotient, synthesis
-from kuzk_prover.backend import backend_for, select_backend
-from kuzk_prover.commitment import commit
+from kuzk_prover.core import quotient, synthesis
+from kuzk_prover.core.backend import backend_for, select_backend
+from kuzk_prover.core.commitment import commit
 from kuzk_prover.inputs import ProofInput
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ row so that every global access is a full 128-byte segment. 2^24 takes three pas
 
 from __future__ import annotations
 
-from kuzk_prover.field import MONT_NEG_PINV, P
+from kuzk_prover.core.field import MONT_NEG_PINV, P
 
 TILE_LOG2 = 12
 """Elements in shared memory per block: 2^12 uint32 = 16 KiB."""

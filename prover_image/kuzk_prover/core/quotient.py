@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from kuzk_prover import field
-from kuzk_prover.cuda import HeldRun
-from kuzk_prover.domain import log2_size
-from kuzk_prover.field import GENERATOR, U64, P
-from kuzk_prover.ntt import transforms
-from kuzk_prover.xp import array_namespace, to_host
+from kuzk_prover.core import field
+from kuzk_prover.core.cuda import HeldRun
+from kuzk_prover.core.domain import log2_size
+from kuzk_prover.core.field import GENERATOR, U64, P
+from kuzk_prover.core.ntt import transforms
+from kuzk_prover.core.xp import array_namespace, to_host
 
 EVAL_BLOCK_LOG2 = 6
 """Coefficients per row in ``evaluate_many``: 64 products of a coefficient (< 2^31) and a 16-bit

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kuzk_prover.xp import array_namespace
+from kuzk_prover.core.xp import array_namespace
 
 P = 15 * 2**27 + 1
 """The BabyBear prime, 2013265921."""

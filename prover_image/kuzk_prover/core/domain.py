@@ -10,8 +10,8 @@ import functools
 
 import numpy as np
 
-from kuzk_prover import field
-from kuzk_prover.field import GENERATOR, TWO_ADICITY, U64
+from kuzk_prover.core import field
+from kuzk_prover.core.field import GENERATOR, TWO_ADICITY, U64
 
 CACHE_TABLES_UP_TO_LOG2 = 22
 """n-element tables are cached for n ≤ 2^22 (32 MiB each as uint64)."""

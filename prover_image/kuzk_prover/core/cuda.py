@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from kuzk_prover import field
-from kuzk_prover.cuda_source import ROW_LOG2, TILE_LOG2, kernel_source, transform_launches
-from kuzk_prover.cuda_streams import COLUMNS, CupyStreams, Streams
-from kuzk_prover.domain import log2_size
-from kuzk_prover.field import GENERATOR, MONT_R_MOD_P, P
+from kuzk_prover.core import field
+from kuzk_prover.core.cuda_source import ROW_LOG2, TILE_LOG2, kernel_source, transform_launches
+from kuzk_prover.core.cuda_streams import COLUMNS, CupyStreams, Streams
+from kuzk_prover.core.domain import log2_size
+from kuzk_prover.core.field import GENERATOR, MONT_R_MOD_P, P
 
 Launch = Callable[[str, int, int, tuple[Any, ...]], None]
 """launch(kernel_name, blocks, threads_per_block, args)."""

@@ -15,9 +15,9 @@ import hashlib
 
 import numpy as np
 
-from kuzk_prover.field import P
-from kuzk_prover.quotient import Quotient, evaluate_many, vanishing_at
-from kuzk_prover.xp import to_host
+from kuzk_prover.core.field import P
+from kuzk_prover.core.quotient import Quotient, evaluate_many, vanishing_at
+from kuzk_prover.core.xp import to_host
 
 LEAF_ELEMENTS = 256
 CHECK_POINTS = 4
