@@ -50,6 +50,12 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract import api
+from kuzk.contract.proofjob import (
+    CIRCUIT_LOG2_MAX,
+    CIRCUIT_LOG2_MIN,
+    PARTITIONS_MAX,
+    PARTITIONS_MIN,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
@@ -269,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=24)
     args = parser.parse_args(argv)
     if not all(1 <= n <= 8 for n in args.lanes) or not all(
-        api.CIRCUIT_LOG2_MIN <= s <= api.CIRCUIT_LOG2_MAX for s in args.sizes
-    ) or not api.PARTITIONS_MIN <= args.partitions <= api.PARTITIONS_MAX:
+        CIRCUIT_LOG2_MIN <= s <= CIRCUIT_LOG2_MAX for s in args.sizes
+    ) or not PARTITIONS_MIN <= args.partitions <= PARTITIONS_MAX:
         print("error: --lanes 1..8, --sizes 4..27, --partitions 1..64", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _sigterm)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kuzk.contract import api
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -44,7 +44,7 @@ def indexed_job(proof_job: Mapping[str, Any], namespace: str,
     as_stored = copy.deepcopy(dict(proof_job))
     as_stored["metadata"] = {**as_stored["metadata"], "namespace": namespace,
                              "uid": "set-from-the-job"}
-    spec = api.resolve(as_stored)
+    spec = resolve(as_stored)
     pod = pod_manifest(resolve(as_stored), 0, 1, settings)
     pod_spec = copy.deepcopy(pod["spec"])
     for container in pod_spec["containers"]:

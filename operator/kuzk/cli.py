@@ -21,7 +21,7 @@ from typing import Any, NoReturn, cast
 
 from kubernetes import client, config
 
-from kuzk.contract import api, crds, filecoin, logs
+from kuzk.contract import api, crds, filecoin, logs, proofjob
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 from kuzk.contract.kubeconfig import load_config
 from kuzk.operator import uninstall
@@ -398,7 +398,7 @@ def write_proof(args: argparse.Namespace) -> int:
         print(f"error: {where}: {e.reason}", file=sys.stderr)
         return 1
     try:
-        proof = api.proof_bytes(job)
+        proof = proofjob.proof_bytes(job)
         with open(args.output, "wb") as out:
             out.write(proof)
     except (ValueError, OSError) as e:

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk.contract import api, pod
+from kuzk.contract import api, pod, proofjob
 
 # One table of proof kinds for operator and prover: kuzk.contract.api.
 PROOF_KINDS = tuple(api.PROOF_KINDS)
 KIND_DEFAULTS = {k: (d.partitions, d.circuit_log2) for k, d in api.PROOF_KINDS.items()}
 """(partitions, circuitLog2) of each proof kind."""
-MIN_LOG2, MAX_LOG2 = api.CIRCUIT_LOG2_MIN, api.CIRCUIT_LOG2_MAX
-MAX_PARTITIONS = api.PARTITIONS_MAX
+MIN_LOG2, MAX_LOG2 = proofjob.CIRCUIT_LOG2_MIN, proofjob.CIRCUIT_LOG2_MAX
+MAX_PARTITIONS = proofjob.PARTITIONS_MAX
 _RANDOMNESS = re.compile(pod.RANDOMNESS_PATTERN)
 _INPUT_KEYS = {"sector", "randomness", "circuitLog2", "partitions", pod.FILECOIN_INPUT_KEY}
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from kuzk import cli
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 from tests.unit.test_chart import CHART, helm, one, render, set_json

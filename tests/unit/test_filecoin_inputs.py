@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kuzk.contract import api, filecoin, pod
+from kuzk.contract import api, filecoin, pod, proofjob
 from kuzk.operator.decide.partitions import NO_PROOF
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk.operator.decide.reconcile import reconcile
@@ -44,18 +44,18 @@ def job(kind: str = "window-post", **real: Any) -> dict[str, Any]:
 
 
 def test_a_window_post_has_the_chains_partitions_over_sorted_sectors() -> None:
-    spec = api.resolve(job())
+    spec = proofjob.resolve(job())
     assert spec.filecoin is not None
     assert spec.partitions == 4
     assert [s.number for s in spec.filecoin.partition_sectors("window-post", 2)] == [5, 6]
-    odd = api.resolve(job(sectors=sectors(9, 1, 4)))
+    odd = proofjob.resolve(job(sectors=sectors(9, 1, 4)))
     assert odd.partitions == 2
     assert odd.filecoin is not None
     assert [s.number for s in odd.filecoin.partition_sectors("window-post", 1)] == [9]
 
 
 def test_a_winning_post_is_one_partition_over_the_whole_set() -> None:
-    spec = api.resolve(job("winning-post"))
+    spec = proofjob.resolve(job("winning-post"))
     assert spec.partitions == 1
     assert spec.filecoin is not None
     assert len(spec.filecoin.partition_sectors("winning-post", 0)) == 8
@@ -64,7 +64,7 @@ def test_a_winning_post_is_one_partition_over_the_whole_set() -> None:
 def test_a_real_partition_pod_runs_the_real_prover_on_its_sectors_read_only() -> None:
     settings = PodSettings(image="prover:1", filecoin_command=("kuzk-lane", "run", "--", "p"),
                            filecoin_parameters_host_path="/srv/params")
-    manifest = pod_manifest(api.resolve(job()), 1, 1, settings)
+    manifest = pod_manifest(proofjob.resolve(job()), 1, 1, settings)
     container = manifest["spec"]["containers"][0]
     assert container["command"] == ["kuzk-lane", "run", "--", "p"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -91,7 +91,7 @@ def test_a_real_partition_pod_runs_the_real_prover_on_its_sectors_read_only() ->
                                             ("snap-update", UPDATE_SECTOR)])
 def test_a_porep_or_update_is_one_partition_given_its_sectors_own_fields(
         kind: str, entry: dict[str, Any]) -> None:
-    spec = api.resolve(job(kind))
+    spec = proofjob.resolve(job(kind))
     assert spec.partitions == 1
     manifest = pod_manifest(spec, 0, 1, PodSettings(image="prover:1"))
     env = {e["name"]: e.get("value") for e in manifest["spec"]["containers"][0]["env"]}
@@ -121,7 +121,7 @@ def test_a_porep_or_update_is_one_partition_given_its_sectors_own_fields(
 def test_each_kind_takes_only_its_own_sector_fields(kind: str, change: dict[str, Any],
                                                     reason: str) -> None:
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
-        api.resolve(job(kind, **change))
+        proofjob.resolve(job(kind, **change))
 
 
 @pytest.mark.parametrize(("kind", "randomness", "reason"), [
@@ -135,13 +135,13 @@ def test_randomness_is_the_chains_for_a_post_only(kind: str, randomness: str | N
     if randomness is None:
         del changed["spec"]["randomness"]
     with pytest.raises(ValueError, match=reason):
-        api.resolve(changed)
+        proofjob.resolve(changed)
 
 
 def test_a_synthetic_job_keeps_the_built_in_prover() -> None:
     plain = job()
     del plain["spec"]["filecoin"]
-    manifest = pod_manifest(api.resolve(plain), 0, 1, PodSettings(image="prover:1"))
+    manifest = pod_manifest(proofjob.resolve(plain), 0, 1, PodSettings(image="prover:1"))
     container = manifest["spec"]["containers"][0]
     assert container["command"] == ["kuzk-prover"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -166,7 +166,7 @@ def test_a_synthetic_job_keeps_the_built_in_prover() -> None:
 )
 def test_a_bad_real_spec_is_refused_naming_its_field(change: dict[str, Any], reason: str) -> None:
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
-        api.resolve(job(**change))
+        proofjob.resolve(job(**change))
 
 
 def test_every_kind_proves_for_real() -> None:
@@ -181,16 +181,16 @@ def test_relative_paths_inside_the_volume_are_accepted(path: str) -> None:
 
 def test_a_proof_is_read_only_once_a_real_job_succeeded() -> None:
     done = {**job(), "status": {"phase": "Succeeded", "proof": {"bytes": "0x0102"}}}
-    assert api.proof_bytes(done) == b"\x01\x02"
+    assert proofjob.proof_bytes(done) == b"\x01\x02"
     running = {**job(), "status": {"phase": "Running", "succeeded": 1, "partitionCount": 4}}
     with pytest.raises(ValueError, match="Running, 1 of 4 partitions done"):
-        api.proof_bytes(running)
+        proofjob.proof_bytes(running)
     failed = {**job(), "status": {"phase": "Failed", "succeeded": 3, "partitionCount": 4}}
     with pytest.raises(ValueError, match="Failed with 3 of 4 partitions done: a failed job has"):
-        api.proof_bytes(failed)
+        proofjob.proof_bytes(failed)
     synthetic = {"spec": {"proofKind": "window-post"}, "status": done["status"]}
     with pytest.raises(ValueError, match="not a real proof"):
-        api.proof_bytes(synthetic)
+        proofjob.proof_bytes(synthetic)
 
 
 @pytest.mark.parametrize(("proof", "state", "message"), [
@@ -217,7 +217,7 @@ def test_a_real_partition_is_done_only_with_its_proof(proof: str | None, state: 
 ])
 def test_a_real_partition_pod_requests_its_kinds_memory(kind: str, size: str,
                                                         memory: str) -> None:
-    manifest = pod_manifest(api.resolve(job(kind, sectorSize=size)), 0, 1,
+    manifest = pod_manifest(proofjob.resolve(job(kind, sectorSize=size)), 0, 1,
                             PodSettings(image="prover:1"))
     resources = manifest["spec"]["containers"][0]["resources"]
     assert resources["requests"] == {"memory": memory}
@@ -232,12 +232,12 @@ def test_a_jobs_own_memory_wins(resources: dict[str, Any],
                                 requests: dict[str, str] | None) -> None:
     chosen = job("winning-post")
     chosen["spec"]["prover"] = {"resources": resources}
-    manifest = pod_manifest(api.resolve(chosen), 0, 1, PodSettings(image="prover:1"))
+    manifest = pod_manifest(proofjob.resolve(chosen), 0, 1, PodSettings(image="prover:1"))
     assert manifest["spec"]["containers"][0]["resources"].get("requests") == requests
 
 
 def test_a_synthetic_partition_pod_requests_no_memory() -> None:
     plain = job()
     del plain["spec"]["filecoin"]
-    manifest = pod_manifest(api.resolve(plain), 0, 1, PodSettings(image="prover:1"))
+    manifest = pod_manifest(proofjob.resolve(plain), 0, 1, PodSettings(image="prover:1"))
     assert "requests" not in manifest["spec"]["containers"][0]["resources"]

@@ -54,7 +54,7 @@ def test_the_ranks_ascend_with_the_chart_values(class_values: dict[str, int]) ->
 
 def test_lanes_order_the_proof_kinds_as_their_priority_classes_do(
         class_values: dict[str, int]) -> None:
-    """A job that names no class of its own resolves to its kind's default (``api.resolve``);
+    """A job that names no class of its own resolves to its kind's default (``proofjob.resolve``);
     a pod without the env (an earlier release) ranks the same."""
     def value(kind: str) -> int:
         return class_values[api.PROOF_KINDS[kind].priority_class_name]

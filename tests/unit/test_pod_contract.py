@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kuzk.contract import pod
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kuzk.contract import api, filecoin, pod
+from kuzk.contract import api, filecoin, pod, proofjob
 from kuzk.contract.api import PHASES, STATES
 from kuzk.contract.crd_schema import (
     arr,
@@ -161,8 +161,8 @@ def _proofjob_spec() -> dict[str, Any]:
             ),
             "partitions": integer(
                 "Number of partitions, one pod each; defaults by proof kind. Immutable once set.",
-                minimum=api.PARTITIONS_MIN,
-                maximum=api.PARTITIONS_MAX,
+                minimum=proofjob.PARTITIONS_MIN,
+                maximum=proofjob.PARTITIONS_MAX,
             ),
             "sector": with_rules(
                 obj(
@@ -189,12 +189,12 @@ def _proofjob_spec() -> dict[str, Any]:
             "circuitLog2": integer(
                 "Constraints per partition, as a power of two (2^circuitLog2); defaults by"
                 " proof kind. Immutable.",
-                minimum=api.CIRCUIT_LOG2_MIN,
-                maximum=api.CIRCUIT_LOG2_MAX,
+                minimum=proofjob.CIRCUIT_LOG2_MIN,
+                maximum=proofjob.CIRCUIT_LOG2_MAX,
             ),
             "backoffLimitPerPartition": integer(
                 "Failed attempts of one partition that are retried before the job fails"
-                f" (default {api.DEFAULT_BACKOFF_LIMIT_PER_PARTITION}). Disruptions such as"
+                f" (default {proofjob.DEFAULT_BACKOFF_LIMIT_PER_PARTITION}). Disruptions such as"
                 " preemption or eviction don't count; exit code"
                 f" {pod.INVALID_INPUT_EXIT_CODE} (invalid input) is never retried.",
                 minimum=0,
@@ -326,7 +326,7 @@ def _proofjob_status() -> dict[str, Any]:
                 "Every partition, by index.",
                 partition,
                 key="index",
-                maxItems=api.PARTITIONS_MAX,
+                maxItems=proofjob.PARTITIONS_MAX,
             ),
             "proof": obj(
                 "The job-level proof, when Succeeded.",

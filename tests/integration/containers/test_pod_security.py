@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from testenv.cluster import Cluster
 from tests.integration.operator.conftest import proofjob

@@ -28,7 +28,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config import kube_config
 
 from kuzk.contract import api
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator import handlers
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk.operator.runtime import Runtime

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk_prover import inputs as prover_inputs
 from kuzk_prover.verify import verify

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kuzk.contract import api
-from kuzk.contract.api import resolve
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.controller import without_nulls
 from kuzk.operator.decide.actions import (
     Action,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kuzk.contract import api, crds
+from kuzk.contract import api, crds, proofjob
 from kuzk.contract.api import PHASES, STATES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -246,7 +246,7 @@ def test_examples_are_valid(path):
     spec_schema = schema_of("ProofJob")["properties"]["spec"]
     assert conforms(job["spec"], spec_schema, ".spec") == []
     job["metadata"]["uid"] = "uid"
-    assert api.resolve(job).proof_kind == path.stem
+    assert proofjob.resolve(job).proof_kind == path.stem
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from kuzk.contract import api
+from kuzk.contract import api, proofjob
 from kuzk.operator.decide.actions import CreatePod, DeleteJob, DeletePod, Event
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.decide.reconcile import reconcile
@@ -207,7 +207,7 @@ def test_status_records_what_was_resolved_and_observed():
         "circuitLog2": 27,
         "priorityClassName": "kuzk-high",
         "activeDeadlineSeconds": 1800,
-        "randomness": api.resolve(job).randomness,
+        "randomness": proofjob.resolve(job).randomness,
     }
     assert {c["observedGeneration"] for c in status["conditions"]} == {4}
     assert set(status) == {

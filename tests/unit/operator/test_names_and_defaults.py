@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from kuzk.contract import api, pod
+from kuzk.contract import api, pod, proofjob
 from tests.unit.operator.objects import Make
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -25,10 +25,10 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     ids=lambda value: str(value),
 )
 def test_resolve_applies_the_kind_defaults(kind, partitions, log2, priority, deadline):
-    spec = api.resolve(Make.job(kind))
+    spec = proofjob.resolve(Make.job(kind))
     assert (spec.partitions, spec.circuit_log2) == (partitions, log2)
     assert (spec.priority_class_name, spec.active_deadline_seconds) == (priority, deadline)
-    assert spec.backoff_limit_per_partition == api.DEFAULT_BACKOFF_LIMIT_PER_PARTITION
+    assert spec.backoff_limit_per_partition == proofjob.DEFAULT_BACKOFF_LIMIT_PER_PARTITION
     assert spec.suspend is False
     assert spec.ttl_seconds_after_finished is None
 
@@ -46,7 +46,7 @@ def test_resolve_prefers_the_spec():
         suspend=True,
         prover={"priorityClassName": "mine", "image": "img:2", "nodeSelector": {"a": "b"}},
     )
-    spec = api.resolve(job)
+    spec = proofjob.resolve(job)
     assert (spec.partitions, spec.circuit_log2, spec.randomness) == (4, 10, randomness)
     assert spec.backoff_limit_per_partition == 0
     assert (spec.active_deadline_seconds, spec.ttl_seconds_after_finished) == (60, 5)
@@ -65,17 +65,17 @@ def test_resolve_keeps_what_the_status_recorded():
         "partitionCount": 5,
         "resolved": {"circuitLog2": 9, "randomness": recorded},
     }
-    spec = api.resolve(job)
+    spec = proofjob.resolve(job)
     assert (spec.partitions, spec.circuit_log2, spec.randomness) == (5, 9, recorded)
 
 
 def test_default_randomness_is_derived_from_the_sector():
-    first = api.resolve(Make.job()).randomness
-    assert first == api.resolve(Make.job()).randomness
+    first = proofjob.resolve(Make.job()).randomness
+    assert first == proofjob.resolve(Make.job()).randomness
     assert re.fullmatch(pod.RANDOMNESS_PATTERN, first)
     other = Make.job()
     other["spec"]["sector"]["number"] += 1
-    assert api.resolve(other).randomness != first
+    assert proofjob.resolve(other).randomness != first
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_resolve_rejects_what_the_schema_rejects(spec, field):
     job = Make.job()
     job["spec"].update(spec)
     with pytest.raises(ValueError, match=re.escape(field)):
-        api.resolve(job)
+        proofjob.resolve(job)
 
 
 @pytest.mark.parametrize(
@@ -155,8 +155,8 @@ def test_job_label_value_fits_a_label(job, hashed):
 def test_proof_commitment_hashes_the_ordered_bytes():
     parts = ["00" * 32, "0x" + "ff" * 32]
     expected = hashlib.sha256(bytes(32) + b"\xff" * 32).hexdigest()
-    assert api.proof_commitment(parts) == expected
-    assert api.proof_commitment(parts[::-1]) != expected
+    assert proofjob.proof_commitment(parts) == expected
+    assert proofjob.proof_commitment(parts[::-1]) != expected
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from kuzk.contract.api import resolve
 from kuzk.contract.pod import ALIVE_PORT
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import HTTP_PROBES, PROBE_KINDS, PodSettings, pod_manifest
 from kuzk_prover.alive import PULSE_S
 from tests.unit.operator.objects import Make

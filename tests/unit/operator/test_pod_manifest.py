@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from kuzk.contract import api
-from kuzk.contract.api import resolve
+from kuzk.contract import proofjob
+from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from tests.unit.operator.objects import Make
 
@@ -81,7 +81,7 @@ def test_env_and_downward_api():
         "name": "KUZK_LOG_FORMAT", "value": "json"}
     assert json.loads(plain["KUZK_INPUT"]) == {
         "sector": {"miner": 1000, "number": 7},
-        "randomness": api.resolve(job).randomness,
+        "randomness": proofjob.resolve(job).randomness,
         "circuitLog2": 12,
         "partitions": 4,
     }

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from kuzk.contract import api
+from kuzk.contract import api, proofjob
 from kuzk.operator.controller import without_nulls
 from kuzk.operator.decide.actions import CreatePod, Event
 from kuzk.operator.decide.reconcile import reconcile
@@ -62,7 +62,7 @@ def test_a_16_partition_job_runs_on_4_gpus_and_settles():
         "0-15",
         0,
     )
-    assert status["proof"]["commitment"] == api.proof_commitment(
+    assert status["proof"]["commitment"] == proofjob.proof_commitment(
         [commitment_for(i) for i in range(16)]
     )
     assert most_at_once == 4
@@ -175,7 +175,7 @@ def test_converges_through_failures_preemptions_suspends_and_operator_crashes(se
         cluster.reconcile()
     status = cluster.job["status"]
     assert status["phase"] == "Succeeded", status
-    assert status["proof"]["commitment"] == api.proof_commitment(
+    assert status["proof"]["commitment"] == proofjob.proof_commitment(
         [commitment_for(i) for i in range(16)]
     )
     for entry in status["partitions"]:

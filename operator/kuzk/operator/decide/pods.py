@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kuzk.contract import api, filecoin, pod
+from kuzk.contract import api, filecoin, pod, proofjob
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
 
 CONTAINER_NAME = "prover"
@@ -118,7 +118,7 @@ class PodSettings:
 
 
 def pod_manifest(
-    spec: api.JobSpec, partition: int, attempt: int, settings: PodSettings
+    spec: proofjob.JobSpec, partition: int, attempt: int, settings: PodSettings
 ) -> dict[str, Any]:
     """The manifest of one partition attempt's pod for an already resolved job."""
     if not 0 <= partition < spec.partitions:
@@ -167,7 +167,7 @@ def pod_manifest(
     }
 
 
-def pod_labels(spec: api.JobSpec, partition: int, attempt: int) -> dict[str, str]:
+def pod_labels(spec: proofjob.JobSpec, partition: int, attempt: int) -> dict[str, str]:
     """The labels that identify a partition pod; the reconciler reads them back."""
     return {
         api.LABEL_NAME: api.PROVER_APP,
@@ -225,7 +225,7 @@ def probes(kind: str) -> dict[str, Any]:
     return found
 
 
-def prover_input(spec: api.JobSpec, partition: int) -> dict[str, Any]:
+def prover_input(spec: proofjob.JobSpec, partition: int) -> dict[str, Any]:
     """What ``pod.INPUT_ENV`` carries: everything a prover needs to rebuild a partition, and
     a real proof's inputs of this partition."""
     values: dict[str, Any] = {
@@ -241,7 +241,7 @@ def prover_input(spec: api.JobSpec, partition: int) -> dict[str, Any]:
 
 
 def _container(
-    spec: api.JobSpec, partition: int, attempt: int, settings: PodSettings
+    spec: proofjob.JobSpec, partition: int, attempt: int, settings: PodSettings
 ) -> dict[str, Any]:
     overrides = spec.resources
     limits = {settings.gpu_resource: "1", **(overrides.get("limits") or {})}

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kuzk.contract import api
+from kuzk.contract import api, proofjob
 from kuzk.contract.api import (
     DONE,
     FAILED,
@@ -75,7 +75,7 @@ def reconcile(
     API server answered when the applier asked for the current attempt's pod and was refused
     (the applier then decides again with it, so the refusal is recorded in the status).
     """
-    spec = api.resolve(job)
+    spec = proofjob.resolve(job)
     prev: Mapping[str, Any] = job.get("status") or {}
     stamp = api.format_time(now)
     prev_phase = prev.get("phase")
@@ -125,7 +125,7 @@ def _load_partitions(prev: Mapping[str, Any], count: int) -> list[Partition]:
 
 
 def _pods_by_partition(
-    pods: Iterable[Pod], spec: api.JobSpec
+    pods: Iterable[Pod], spec: proofjob.JobSpec
 ) -> tuple[dict[int, dict[int, Pod]], list[Pod]]:
     """Group the job's own pods by partition and attempt; the rest of its pods are strays."""
     by_part: dict[int, dict[int, Pod]] = {}
@@ -149,7 +149,7 @@ def _advance_all(
     parts: list[Partition],
     by_part: Mapping[int, Mapping[int, Pod]],
     workers: Iterable[Mapping[str, Any]],
-    spec: api.JobSpec,
+    spec: proofjob.JobSpec,
     stamp: str,
 ) -> list[Event]:
     claims = worker_claims(workers)
@@ -187,7 +187,7 @@ def _stop_partitions(
 def _creates(
     parts: list[Partition],
     by_part: Mapping[int, Mapping[int, Pod]],
-    spec: api.JobSpec,
+    spec: proofjob.JobSpec,
     settings: PodSettings,
     now: datetime,
 ) -> tuple[list[Action], list[float]]:
@@ -209,7 +209,7 @@ def _creates(
 def _judge(
     prev: Mapping[str, Any],
     parts: list[Partition],
-    spec: api.JobSpec,
+    spec: proofjob.JobSpec,
     now: datetime,
     stamp: str,
     rejected: list[str] | None = None,
@@ -277,7 +277,7 @@ def _pod_cleanup(
 
 
 def _status(
-    spec: api.JobSpec,
+    spec: proofjob.JobSpec,
     prev: Mapping[str, Any],
     parts: list[Partition],
     phase: str,
@@ -300,7 +300,8 @@ def _status(
     proof = None
     if phase == PHASE_SUCCEEDED:
         commitments = [part.commitment or "" for part in parts]
-        proof = {"commitment": api.proof_commitment(commitments), "partitions": spec.partitions}
+        proof = {"commitment": proofjob.proof_commitment(commitments),
+                 "partitions": spec.partitions}
         if spec.filecoin is not None:
             # The chain takes a real proof's partitions concatenated in partition order
             # (filecoin-proofs' merge_window_post_partition_proofs).

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from kuzk.contract import api
+from kuzk.contract import api, proofjob
 from kuzk.contract.api import PHASE_PENDING, PHASE_RUNNING
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
-def exceeded(spec: api.JobSpec, start_time: str, now: datetime) -> tuple[str, str] | None:
+def exceeded(spec: proofjob.JobSpec, start_time: str, now: datetime) -> tuple[str, str] | None:
     """Why an unfinished job started at ``start_time`` fails now (reason, message), or None
     while its deadline has not passed (or it has none)."""
     deadline = spec.active_deadline_seconds
@@ -23,7 +23,7 @@ def exceeded(spec: api.JobSpec, start_time: str, now: datetime) -> tuple[str, st
     return None
 
 
-def seconds_left(spec: api.JobSpec, phase: str, start_time: str | None,
+def seconds_left(spec: proofjob.JobSpec, phase: str, start_time: str | None,
                  now: datetime) -> float | None:
     """Seconds until the deadline of a pending or running job passes; None for any other
     job, or one without a deadline."""

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from kuzk.contract import api
+from kuzk.contract import api, proofjob
 from kuzk.contract.api import FINISHED_PHASES
 from kuzk.operator.decide.actions import DeleteJob
 
 
-def decide(spec: api.JobSpec, status: Mapping[str, Any], now: datetime) -> DeleteJob | float | None:
+def decide(spec: proofjob.JobSpec, status: Mapping[str, Any],
+           now: datetime) -> DeleteJob | float | None:
     """For a job with this spec and (new) status: the DeleteJob once its TTL has run out, the
     seconds until it runs out before that, and None for a job that has not finished or has no
     TTL."""
