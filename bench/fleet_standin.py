@@ -57,9 +57,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kuzk.contract import api, worker_writes, workers
+from kuzk.contract import api
 from kuzk.contract.pod import ALIVE_PORT
-from kuzk.contract.workers import Assignment
+from kuzk.contract.workerstatus import decisions, writes
+from kuzk.contract.workerstatus.decisions import Assignment
 from kuzk_prover.reporter import ProverReporter
 
 # The pod's side. No $(...) in it: the kubelet expands $(VAR) in a command.
@@ -158,28 +159,28 @@ class Reporter(ProverReporter):
             self.stats.add(what)
             try:
                 return write()
-            except worker_writes.WorkerWriteConflict:
+            except writes.WorkerWriteConflict:
                 self.stats.add(f"{what}_gave_up")
                 raise
 
         super()._write(what, counted)
 
-    def join(self, device: workers.Gpu | None = None, *, wait_s: float = 30.0) -> str:
+    def join(self, device: decisions.Gpu | None = None, *, wait_s: float = 30.0) -> str:
         self.stats.add("claim")
         try:
             return str(self.stats.timed("claim", lambda: super(Reporter, self).join(
                 device, wait_s=wait_s)))
-        except worker_writes.WorkerWriteConflict:
+        except writes.WorkerWriteConflict:
             self.stats.add("claim_gave_up")
             raise
 
-    def acquire(self, device_bytes: int = 0) -> workers.Acquired | None:
+    def acquire(self, device_bytes: int = 0) -> decisions.Acquired | None:
         self.stats.add("acquire")
-        result: workers.Acquired | None = self.stats.timed(
+        result: decisions.Acquired | None = self.stats.timed(
             "acquire", lambda: super(Reporter, self).acquire(device_bytes))
         if result is None:
             self.stats.add("acquire_failed")
-        elif result is not workers.Acquired.GRANTED:
+        elif result is not decisions.Acquired.GRANTED:
             self.stats.add(f"acquire_{result.value}")
         return result
 
@@ -297,7 +298,7 @@ class Server(socketserver.ThreadingTCPServer):
         reporter.stats = self.stats
         try:
             reporter.join()
-        except (worker_writes.WorkerStatusMissing, worker_writes.WorkerWriteConflict, ApiException,
+        except (writes.WorkerStatusMissing, writes.WorkerWriteConflict, ApiException,
                 HTTPError, OSError) as e:
             self.stats.add(f"claim_failed_{type(e).__name__}")
         outcome: api.WorkerOutcome = "failed"

@@ -61,9 +61,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # testenv lives in the repository, not in the package
     sys.path.insert(0, str(ROOT))
 
-from kuzk.contract import api, lane_model, workerstatus  # noqa: E402
+from kuzk.contract import api, workerstatus  # noqa: E402
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE  # noqa: E402
 from kuzk.contract.listwatch import KubeClient  # noqa: E402
+from kuzk.contract.workerstatus import lane_model  # noqa: E402
 from kuzk.status.query import Query  # noqa: E402
 from kuzk.status.view import StatusView  # noqa: E402
 from kuzk.status.watches import targets  # noqa: E402

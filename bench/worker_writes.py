@@ -56,11 +56,10 @@ from typing import Any
 from kubernetes import client, config
 
 from kuzk.contract import api as kapi
-from kuzk.contract import worker_writes, workers
 from kuzk.contract.crd_workerstatus import workerstatus_crd
-from kuzk.contract.worker_writes import guarded_write
-from kuzk.contract.workers import Assignment, Gpu, PodRef, WriteDecision
-from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus import decisions, worker_status_name, writes
+from kuzk.contract.workerstatus.decisions import Assignment, Gpu, PodRef, WriteDecision
+from kuzk.contract.workerstatus.writes import guarded_write
 
 WHERE = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL)
 
@@ -163,7 +162,7 @@ class Timings:
         started, puts, conflicts = time.monotonic(), self.api.puts, self.api.conflicts
         try:
             write()
-        except worker_writes.WorkerWriteConflict:
+        except writes.WorkerWriteConflict:
             self.gave_up[op] += 1
         self.latency.setdefault(op, []).append(time.monotonic() - started)
         self.puts[op] += self.api.puts - puts
@@ -194,13 +193,13 @@ def prover(kubeconfig: str, node: str, index: int, gpu_index: int, seconds: floa
         a = Assignment("bench", f"job-{index}", f"uid-job-{index}", "snap-update", partitions,
                        1, f"pod-{index}-{partitions}", pod_uid)
         work = partition_s * rng.uniform(0.5, 1.5)
-        timings.call("join", lambda a=a: worker_writes.join(api, node, gpu, a))
-        timings.call("stage", lambda a=a: worker_writes.stage(api, name, a, "synthesizing"))
+        timings.call("join", lambda a=a: writes.join(api, node, gpu, a))
+        timings.call("stage", lambda a=a: writes.stage(api, name, a, "synthesizing"))
         time.sleep(0.4 * work)  # synthesis; the acquire writes synth_done if it has to wait
-        timings.call("acquire", lambda a=a: worker_writes.acquire(api, name, a))
+        timings.call("acquire", lambda a=a: writes.acquire(api, name, a))
         time.sleep(0.6 * work)  # the GPU phase
-        timings.call("release_gpu", lambda a=a: worker_writes.release_gpu(api, name, a))
-        timings.call("leave", lambda a=a: worker_writes.leave(api, name, a, "succeeded"))
+        timings.call("release_gpu", lambda a=a: writes.release_gpu(api, name, a))
+        timings.call("leave", lambda a=a: writes.leave(api, name, a, "succeeded"))
         ended[pod_uid] = "succeeded"
         done.put((a.pod_name, pod_uid))
         time.sleep(gap_s)  # the next pod's start on this GPU
@@ -235,7 +234,7 @@ def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, end
     each of its WorkerStatuses."""
     api = _client(kubeconfig)
     timings = Timings(api)
-    swept: list[workers.Released] = []
+    swept: list[decisions.Released] = []
     go.wait()
     next_sweep = time.monotonic() + sweep_s
     while not (stop.is_set() and done.empty()):
@@ -246,14 +245,14 @@ def operator(kubeconfig: str, node: str, sweep_s: float, go: Any, done: Any, end
         else:
             ref = PodRef(name, uid)
             timings.call("finalizer",
-                         lambda ref=ref: worker_writes.release(api, node, ref, "succeeded"))
+                         lambda ref=ref: writes.release(api, node, ref, "succeeded"))
         if time.monotonic() >= next_sweep:
             next_sweep += sweep_s
             pods = Pods(ended)
-            for found in worker_writes.node_worker_statuses(api, node):
+            for found in writes.node_worker_statuses(api, node):
                 name = found["metadata"]["name"]
                 timings.call("sweep", lambda pods=pods, name=name: swept.extend(
-                    worker_writes.sweep(api, name, pods, datetime.now(UTC))))
+                    writes.sweep(api, name, pods, datetime.now(UTC))))
     out.put(timings.result("operator", -len(swept)))
 
 
@@ -304,7 +303,7 @@ def busy_node(api: client.ApiClient, kubeconfig: str, args: argparse.Namespace,
             partitions += n
         else:
             swept = -n  # lanes the sweep removed: none of these pods was gone
-    final = [ws.get("status") or {} for ws in worker_writes.node_worker_statuses(api, node)]
+    final = [ws.get("status") or {} for ws in writes.node_worker_statuses(api, node)]
     gpus = [w for status in final for w in status.get("workers") or []]
     left = sum(len(w.get("lanes") or []) for w in gpus)
     completed = sum(w.get("completed", 0) for w in gpus)

@@ -39,7 +39,7 @@ from kuzk.contract.pod import (
     OK_EXIT_CODE,
     TERMINATED_EXIT_CODE,
 )
-from kuzk.contract.workers import Gpu
+from kuzk.contract.workerstatus.decisions import Gpu
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.alive import Pulse
 from kuzk_prover.core.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend

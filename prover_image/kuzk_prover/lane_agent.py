@@ -41,7 +41,7 @@ from kuzk.contract.pod import (
     TERMINATED_EXIT_CODE,
     parse_result,
 )
-from kuzk.contract.workers import Acquired
+from kuzk.contract.workerstatus.decisions import Acquired
 from kuzk_prover import inputs
 from kuzk_prover.alive import Pulse, stopped
 from kuzk_prover.inputs import InputError, PodIdentity

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk.contract.retry import Backoff, is_transient
-from kuzk.contract.worker_writes import WorkerStatusMissing, WorkerWriteConflict
+from kuzk.contract.workerstatus.writes import WorkerStatusMissing, WorkerWriteConflict
 from kuzk_prover.termination import brief
 
 log = logging.getLogger(__name__)

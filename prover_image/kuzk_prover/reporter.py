@@ -1,13 +1,13 @@
-"""The prover's side of the WorkerStatus protocol (``contract.workers``, its writes
-``contract.worker_writes``): ``ProverReporter``, the partition pod's lane on its GPU. It reads
-the pod's env and credentials, joins its GPU's lanes, writes its stages (only when they change:
-whether the prover is alive is its pod's probes' to say, ``kuzk_prover.alive``), holds the GPU
-phase only around the GPU work (``gpu_phase``: acquire, waiting on a watch while another lane
-holds it, then release_gpu), leaves when the prover ends, and tries every write again through
-API outages (``outage``); a write that still fails never fails the proof. Every lane write
-carries what the prover holds when it is made (``measure``: its resident host memory, and the
-device memory its CuPy pool holds; the acquire adds what the phase allocates right after it),
-so the screen shows memory without a write of its own."""
+"""The prover's side of the WorkerStatus protocol (``contract.workerstatus.decisions``, its
+writes ``contract.workerstatus.writes``): ``ProverReporter``, the partition pod's lane on its GPU.
+It reads the pod's env and credentials, joins its GPU's lanes, writes its stages (only when they
+change: whether the prover is alive is its pod's probes' to say, ``kuzk_prover.alive``), holds the
+GPU phase only around the GPU work (``gpu_phase``: acquire, waiting on a watch while another lane
+holds it, then release_gpu), leaves when the prover ends, and tries every write again through API
+outages (``outage``); a write that still fails never fails the proof. Every lane write carries what
+the prover holds when it is made (``measure``: its resident host memory, and the device memory its
+CuPy pool holds; the acquire adds what the phase allocates right after it), so the screen shows
+memory without a write of its own."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.kubeconfig import load_config
-from kuzk.contract.lanes import ACQUIRE_STAGE, REPORTED_STAGES
-from kuzk.contract.worker_writes import (
+from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Gpu, Memory, describe
+from kuzk.contract.workerstatus.lanes import ACQUIRE_STAGE, REPORTED_STAGES
+from kuzk.contract.workerstatus.writes import (
     WorkerStatusMissing,
     WorkerWriteConflict,
     acquire,
@@ -37,7 +38,6 @@ from kuzk.contract.worker_writes import (
     release_gpu,
     stage,
 )
-from kuzk.contract.workers import Acquired, Assignment, Gpu, Memory, describe
 from kuzk_prover.inputs import PodIdentity, identity_from_env
 from kuzk_prover.outage import OUTAGE_BUDGET_S, WRITE_ERRORS, Quiet, persist
 from kuzk_prover.termination import brief

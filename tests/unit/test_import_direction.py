@@ -31,10 +31,10 @@ PROVER = ROOT / "prover_image" / "kuzk_prover"
 CORE = PROVER / "core"
 # The contract's modules that speak to the API server through the client; every other one is
 # a model or a rule, as pure as the decision.
-CONTRACT_CLIENT = [CONTRACT / f"{m}.py" for m in ("kubeconfig", "listwatch", "retry",
-                                                  "worker_writes")]
+CONTRACT_CLIENT = [CONTRACT / "kubeconfig.py", CONTRACT / "listwatch.py", CONTRACT / "retry.py",
+                   CONTRACT / "workerstatus" / "writes.py"]
 # The WorkerStatus write protocol: the status server only reads.
-WRITES = ("kuzk.contract.workers", "kuzk.contract.worker_writes")
+WRITES = ("kuzk.contract.workerstatus.decisions", "kuzk.contract.workerstatus.writes")
 
 
 def sources(folder: Path) -> list[Path]:

@@ -1,8 +1,8 @@
-"""A lane's rank for the GPU phase (``kuzk.contract.lanes.lane_priority``) follows its job's
-resolved PriorityClass, and the PriorityClasses the chart creates order the classes (and so
-the proof kinds' defaults) the same way: the class values come from the chart as ``helm
-template`` renders it, or, without helm, from its values.yaml through the template's table of
-class names."""
+"""A lane's rank for the GPU phase (``kuzk.contract.workerstatus.lanes.lane_priority``) follows
+its job's resolved PriorityClass, and the PriorityClasses the chart creates order the classes (and
+so the proof kinds' defaults) the same way: the class values come from the chart as ``helm
+template`` renders it, or, without helm, from its values.yaml through the template's table of class
+names."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from kuzk.contract import api
-from kuzk.contract.lanes import PRIORITY_CLASSES, lane_priority
+from kuzk.contract.workerstatus.lanes import PRIORITY_CLASSES, lane_priority
 from testenv import binaries
 from tests.unit.test_chart import CHART, render
 

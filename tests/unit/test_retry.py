@@ -9,7 +9,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from kuzk.contract.listwatch import WATCH_BACKOFF
 from kuzk.contract.retry import Backoff, is_transient
-from kuzk.contract.worker_writes import CONFLICT_BACKOFF
+from kuzk.contract.workerstatus.writes import CONFLICT_BACKOFF
 from kuzk.operator.ledger_store import FOLD_BACKOFF
 from kuzk.operator.peering import PEERING_BACKOFF
 from kuzk.operator.workqueue import RUN_BACKOFF

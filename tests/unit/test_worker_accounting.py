@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from kuzk.contract import ledger
 from kuzk.contract.gputime import GPU_TIME_MODES
-from kuzk.contract.workers import (
+from kuzk.contract.workerstatus import parse
+from kuzk.contract.workerstatus.decisions import (
     Assignment,
     Gpu,
     Memory,
@@ -29,7 +30,6 @@ from kuzk.contract.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.contract.workerstatus import parse
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 GPU0 = Gpu("GPU-0")

@@ -1,8 +1,8 @@
-"""The pure decisions of the WorkerStatus protocol (kuzk.contract.workers ``decide_*``) on the lanes
-model (kuzk.contract.workerstatus): what each write makes of a status, when it is stale, and what it
-leaves alone; then random interleavings of every write over two and three lanes, checked
-against the independent model (tests/integration/workers/model.py), and the order in which
-waiting lanes get the GPU phase."""
+"""The pure decisions of the WorkerStatus protocol (kuzk.contract.workerstatus.decisions
+``decide_*``) on the lanes model (kuzk.contract.workerstatus): what each write makes of a status,
+when it is stale, and what it leaves alone; then random interleavings of every write over two and
+three lanes, checked against the independent model (tests/integration/workers/model.py), and the
+order in which waiting lanes get the GPU phase."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kuzk.contract import api
-from kuzk.contract.lanes import lane_priority
-from kuzk.contract.workers import (
+from kuzk.contract.workerstatus import gpu_id, parse, worker_status_name
+from kuzk.contract.workerstatus.decisions import (
     PREVIOUS_PODS,
     Acquired,
     Assignment,
@@ -32,7 +32,7 @@ from kuzk.contract.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.contract.workerstatus import gpu_id, parse, worker_status_name
+from kuzk.contract.workerstatus.lanes import lane_priority
 from tests.integration.workers.model import NodeModel, explain, observed
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 891_234, tzinfo=UTC)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kuzk.contract.workers import (
+from kuzk.contract.workerstatus.decisions import (
     Assignment,
     Gpu,
     PodRef,

@@ -160,7 +160,7 @@ def pod_not_live_since(pod: Mapping[str, Any]) -> datetime | None:
     probe will soon have it killed; or its node stopped reporting). None while it is live,
     before it is first ready (a pod starting is not a stuck one), and once it has ended (its
     finalizer release frees its lane then). The one rule, for the operator's marks on lanes
-    (``kuzk.contract.workers.decide_sweep``) and every reader of them."""
+    (``kuzk.contract.workerstatus.decisions.decide_sweep``) and every reader of them."""
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
         return None

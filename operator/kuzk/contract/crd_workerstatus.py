@@ -19,9 +19,9 @@ from kuzk.contract.crd_schema import (
     timestamp,
     with_rules,
 )
-from kuzk.contract.lane_model import LaneStage
-from kuzk.contract.lanes import PRIORITY_CLASSES
 from kuzk.contract.workerstatus import MAX_LANES, MAX_WORKERS, PREVIOUS_PODS, WorkerState
+from kuzk.contract.workerstatus.lane_model import LaneStage
+from kuzk.contract.workerstatus.lanes import PRIORITY_CLASSES
 
 
 def _gpu() -> dict[str, Any]:

@@ -10,7 +10,7 @@ or no lane holds it and none of its lanes is live: a hung prover, until its pod'
 probe has it killed and its lane released), ``cpu`` (lanes, none holding: starting,
 synthesizing, waiting or committing), ``no_lane`` (no lane: no work for it, or its work not
 here yet). A lane is not live from the operator's write that marks it
-(``workers.decide_sweep``), so every write accounts the same seconds to the same mode.
+(``decisions.decide_sweep``), so every write accounts the same seconds to the same mode.
 
 Times are stored to the millisecond (``stamp``), and accounting is cut to it, so no write
 loses any.

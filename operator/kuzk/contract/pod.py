@@ -25,9 +25,9 @@ PROOF_KIND_ENV = "KUZK_PROOF_KIND"
 PARTITION_ENV = "KUZK_PARTITION"
 ATTEMPT_ENV = "KUZK_ATTEMPT"
 # ...the PriorityClass its job resolved to (``spec.prover.priorityClassName``, else its kind's
-# default), which ranks its lane for the GPU phase (``kuzk.contract.lanes.lane_priority``; the
-# downward API does not give a pod its priority; optional: a pod of an earlier release lacks
-# it)...
+# default), which ranks its lane for the GPU phase
+# (``kuzk.contract.workerstatus.lanes.lane_priority``; the downward API does not give a pod its
+# priority; optional: a pod of an earlier release lacks it)...
 PRIORITY_CLASS_ENV = "KUZK_PRIORITY_CLASS"
 # ...what it proves: JSON with sector (miner, number), randomness, circuitLog2, partitions...
 INPUT_ENV = "KUZK_INPUT"

@@ -1,13 +1,13 @@
 """How kuzk tries again: one backoff rule (``Backoff``) and one rule of which failures a later
 try may get past (``is_transient``).
 
-Every loop that tries again waits ``Backoff.delay`` with parameters of its own, named where the
-loop is: the operator's work queue (``workqueue.RUN_BACKOFF``), the WorkerStatus writes through
-409 conflicts (``worker_writes.CONFLICT_BACKOFF``), the ledger's folds
+Every loop that tries again waits ``Backoff.delay`` with parameters of its own, named where the loop
+is: the operator's work queue (``workqueue.RUN_BACKOFF``), the WorkerStatus writes through 409
+conflicts (``workerstatus.writes.CONFLICT_BACKOFF``), the ledger's folds
 (``ledger_store.FOLD_BACKOFF``), the peering watch (``peering.PEERING_BACKOFF``), the list+watch
 streams (``listwatch.WATCH_BACKOFF``) and the prover's lane writes through API outages
-(``kuzk_prover.outage.WRITE_BACKOFF``). When each gives up, and on which errors it tries
-again at all, stays the loop's own rule.
+(``kuzk_prover.outage.WRITE_BACKOFF``). When each gives up, and on which errors it tries again at
+all, stays the loop's own rule.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def is_transient(error: BaseException) -> bool:
     OSError, TimeoutError among them), no answer (status 0), or an API server that answers 5xx
     or 429 (restarting, overloaded). Any other answer is final for that request, a 409
     Conflict included: what the request was decided from is stale, and only a fresh read and
-    decision go on (the guarded writes' own loop, ``worker_writes.guarded_write``)."""
+    decision go on (the guarded writes' own loop, ``workerstatus.writes.guarded_write``)."""
     if isinstance(error, ApiException):
         code = int(error.status or 0)
         return code in (0, 429) or code >= 500

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kuzk.contract import api, workerstatus
-from kuzk.contract.lanes import lane_views
+from kuzk.contract.workerstatus.lanes import lane_views
 
 Body = dict[str, Any]
 JobKey = tuple[str, str]

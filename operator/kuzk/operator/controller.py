@@ -23,9 +23,10 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kuzk.contract import api, workers, workerstatus
+from kuzk.contract import api, workerstatus
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
+from kuzk.contract.workerstatus import decisions
 from kuzk.operator.decide.actions import (
     CreatePod,
     Decision,
@@ -247,7 +248,7 @@ class Controller(Reclaimer):
                 homes = [str((ws.get("metadata") or {}).get("name", ""))
                          for ws in worker_statuses
                          if workerstatus.node_of(ws) == action.node
-                         and workers.concerns(ws.get("status"), action.pod_uid)]
+                         and decisions.concerns(ws.get("status"), action.pod_uid)]
                 after = self.release(ns, action, pod, homes)
                 if pod is not None and after is not None:
                     released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))

@@ -1,8 +1,8 @@
 """Finalizers and orphans: what the operator gives back when a partition pod ends or its job goes.
 
 A partition pod carries the ``kuzk.io/release-worker`` finalizer so that its lane on its GPU's
-WorkerStatus is released (the guarded write of ``kuzk.contract.worker_writes``) before the pod and
-its identity are gone. ``Reclaimer.release`` makes that write and drops the finalizer;
+WorkerStatus is released (the guarded write of ``kuzk.contract.workerstatus.writes``) before the
+pod and its identity are gone. ``Reclaimer.release`` makes that write and drops the finalizer;
 ``settle_orphan`` deletes and releases a pod whose ProofJob is gone; ``sweep`` releases the
 lanes of pods that ended without it and retires a per-node WorkerStatus of an earlier release.
 Blocking calls, run in worker threads; ``kuzk.operator.controller.Controller`` extends this
@@ -20,8 +20,9 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kuzk.contract import api, worker_writes, workers
+from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.workerstatus import decisions, writes
 from kuzk.operator.decide.actions import ReleaseWorker
 from kuzk.operator.decide.observe import controller_of, is_deleting, release_action, worker_outcome
 
@@ -62,7 +63,7 @@ class Reclaimer:
         """The finalizer write: release the worker (guarded), then drop the finalizer.
 
         ``pod`` comes from the caller's cache; without it, it is read. ``homes`` are the
-        WorkerStatuses the caller's cache shows concerning the pod (``workers.concerns``: its
+        WorkerStatuses the caller's cache shows concerning the pod (``decisions.concerns``: its
         lane, or the sweep's record of it): the release is a guarded write to each, and none
         when the cache shows none (the lane left with its prover). A cache that lags behind
         the pod's join misses nothing for long: the join's own event sweeps that GPU within
@@ -76,12 +77,12 @@ class Reclaimer:
             return None
         if action.node:
             outcome = worker_outcome(pod)
-            ref = workers.PodRef(action.pod_name, action.pod_uid)
+            ref = decisions.PodRef(action.pod_name, action.pod_uid)
             if homes is None:
-                released = worker_writes.release(self.api_client, action.node, ref, outcome,
+                released = writes.release(self.api_client, action.node, ref, outcome,
                                                  clock=self.clock)
             else:
-                released = any([worker_writes.release_at(self.api_client, name, ref, outcome,
+                released = any([writes.release_at(self.api_client, name, ref, outcome,
                                                          clock=self.clock) for name in homes])
             log.info(
                 "finalizer release of %s/%s on %s (%s): %s",
@@ -179,7 +180,7 @@ class Reclaimer:
     def sweep(
         self, name: str, live: Mapping[str, api.WorkerOutcome | None],
         worker_status: Body | None, not_live: Mapping[str, datetime] | None = None,
-    ) -> list[workers.Released]:
+    ) -> list[decisions.Released]:
         """Release the lanes of WorkerStatus ``name`` whose pod is gone, or ended with its
         finalizer gone, and mark its lanes whose pod is not live (periodic, and on a change
         of a pod's liveness); then retire it if it is a legacy one no lane is on.
@@ -191,12 +192,13 @@ class Reclaimer:
         now = self.clock.now()
         cached = worker_status or {}
         released = []
-        if workers.decide_sweep(cached.get("status") or {}, live, now, not_live).status is not None:
-            released = worker_writes.sweep(self.api_client, name, live, now, not_live,
+        decided = decisions.decide_sweep(cached.get("status") or {}, live, now, not_live)
+        if decided.status is not None:
+            released = writes.sweep(self.api_client, name, live, now, not_live,
                                      clock=self.clock)
             for item in released:
                 log.info("sweep released %s on %s", item, name)
-        elif worker_writes.retire_legacy(self.api_client, cached):
+        elif writes.retire_legacy(self.api_client, cached):
             log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
                      " counters go to the ledger", name)
         return released

@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from kuzk.contract import api, ledger, workerstatus
-from kuzk.contract.lanes import LaneView, lane_views
+from kuzk.contract.workerstatus.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches, JobKey, slim
 from kuzk.operator.controller import Body, Controller, JobGone, pods_of
 from kuzk.operator.decide.observe import (

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuzk.contract import api, gputime, lane_model, lanes, workerstatus
+from kuzk.contract import api, gputime, workerstatus
 from kuzk.contract.api import (
     COMMITTING,
     DONE,
@@ -25,6 +25,7 @@ from kuzk.contract.api import (
     TERMINAL_STATES,
 )
 from kuzk.contract.ledger import GpuKey, Tally, gpu_key
+from kuzk.contract.workerstatus import lane_model, lanes
 from kuzk.status import document
 from kuzk.status.history import BUSY, IDLE_REASONS, STRIP_CELLS, WINDOW_S, History, WorkerTrack
 from kuzk.status.objects import Job, Node, Pod, WorkerNode, by_node

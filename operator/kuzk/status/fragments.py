@@ -23,8 +23,9 @@ from itertools import chain
 
 import orjson
 
-from kuzk.contract import lane_model, workerstatus
+from kuzk.contract import workerstatus
 from kuzk.contract.ledger import Tally
+from kuzk.contract.workerstatus import lane_model
 from kuzk.status import aggregate, query
 from kuzk.status.aggregate import Filters, LaneKey, PodKey, Snapshot, Sync
 from kuzk.status.objects import Job, Pod

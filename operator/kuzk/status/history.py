@@ -26,7 +26,8 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kuzk.contract import gputime, lane_model, workerstatus
+from kuzk.contract import gputime, workerstatus
+from kuzk.contract.workerstatus import lane_model
 from kuzk.status.objects import Job, Partition, WorkerNode
 
 WINDOW_S = 600.0

@@ -22,9 +22,9 @@ from prometheus_client.registry import Collector
 
 from kuzk.contract.api import PHASES, PROOF_KINDS, STATES, version
 from kuzk.contract.gputime import BUSY, IDLE_MODES
-from kuzk.contract.lane_model import LaneStage
 from kuzk.contract.ledger import DURATION_BUCKETS, QUEUE_STAGE, GpuKey, gpu_key
 from kuzk.contract.workerstatus import WorkerState
+from kuzk.contract.workerstatus.lane_model import LaneStage
 from kuzk.status.aggregate import lane_index, memory, shown_state
 from kuzk.status.objects import Job, by_node
 from kuzk.status.view import StatusView

@@ -21,8 +21,8 @@ from kuzk.contract import api, ledger
 from kuzk.contract.crd_workerstatus import workerstatus_crd
 from kuzk.contract.crds import all_crds
 from kuzk.contract.logs import KEYS
-from kuzk.contract.worker_writes import guarded_write, join, leave
-from kuzk.contract.workers import Gpu, WriteDecision
+from kuzk.contract.workerstatus.decisions import Gpu, WriteDecision
+from kuzk.contract.workerstatus.writes import guarded_write, join, leave
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.workers.conftest import delete_node, new_assignment

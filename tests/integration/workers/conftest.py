@@ -19,8 +19,8 @@ from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api as kapi
 from kuzk.contract.crds import all_crds
-from kuzk.contract.workers import Assignment
 from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus.decisions import Assignment
 from testenv.cluster import Cluster
 from tests.integration.operator.conftest import plan, prover_account, run_operator
 

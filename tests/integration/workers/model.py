@@ -1,6 +1,6 @@
 """An independent model of one node's WorkerStatus with lanes, written from the protocol's
-rules (README.md's lanes protocol and the choices ``kuzk.contract.workers`` documents) without
-importing ``contract.workers`` or ``contract.workerstatus``: tests compare the real decisions and
+rules (README.md's lanes protocol and the choices ``kuzk.contract.workerstatus.decisions``
+documents) without importing ``contract.workerstatus``: tests compare the real decisions and
 the real object against a second, separate reading of the protocol.
 
 * ``NodeModel`` plays a sequence of writes and answers each as the protocol must (granted,

@@ -17,9 +17,17 @@ from typing import Any
 
 from kubernetes import client
 
-from kuzk.contract.worker_writes import acquire, claim, join, release, release_gpu, stage, sweep
-from kuzk.contract.workers import Acquired, Assignment, Gpu
 from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Gpu
+from kuzk.contract.workerstatus.writes import (
+    acquire,
+    claim,
+    join,
+    release,
+    release_gpu,
+    stage,
+    sweep,
+)
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.workers.conftest import read_worker_status

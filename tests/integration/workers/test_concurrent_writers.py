@@ -30,8 +30,8 @@ from typing import Any
 from kubernetes import client, watch
 
 from kuzk.contract import api as kapi
-from kuzk.contract.worker_writes import sweep
 from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus.writes import sweep
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.workers.conftest import read_worker_status

@@ -21,7 +21,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api as kapi
-from kuzk.contract.worker_writes import (
+from kuzk.contract.workerstatus import gpu_id, worker_status_name
+from kuzk.contract.workerstatus.decisions import (
+    Assignment,
+    Gpu,
+    PodRef,
+    Released,
+    WriteDecision,
+    decide_release_gpu,
+)
+from kuzk.contract.workerstatus.writes import (
     WorkerStatusMissing,
     WorkerWriteConflict,
     acquire,
@@ -35,15 +44,6 @@ from kuzk.contract.worker_writes import (
     stage,
     sweep,
 )
-from kuzk.contract.workers import (
-    Assignment,
-    Gpu,
-    PodRef,
-    Released,
-    WriteDecision,
-    decide_release_gpu,
-)
-from kuzk.contract.workerstatus import gpu_id, worker_status_name
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.workers.conftest import read_worker_status
@@ -83,7 +83,7 @@ def test_stale_stage_writes_are_refused_and_counted(
     worker_status: Callable[[], str],
     make_assignment: Callable[..., Assignment],
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk.contract.worker_writes")
+    caplog.set_level(logging.INFO, logger="kuzk.contract.workerstatus.writes")
     node = worker_status()
     a, b = make_assignment(partition=1), make_assignment(partition=2)
     name = join(admin, node, GPUS[0], a)

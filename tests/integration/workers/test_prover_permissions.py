@@ -23,9 +23,9 @@ from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api as kapi
-from kuzk.contract.worker_writes import join
-from kuzk.contract.workers import Gpu
 from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus.decisions import Gpu
+from kuzk.contract.workerstatus.writes import join
 from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
 from testenv.waiting import wait_for

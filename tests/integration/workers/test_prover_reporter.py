@@ -20,9 +20,9 @@ import pytest
 from kubernetes import client, watch
 
 from kuzk.contract import api
-from kuzk.contract.worker_writes import sweep
-from kuzk.contract.workers import Acquired, Gpu
 from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus.decisions import Acquired, Gpu
+from kuzk.contract.workerstatus.writes import sweep
 from kuzk_prover.reporter import ProverReporter
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for

@@ -27,9 +27,9 @@ import pytest
 from kubernetes import client
 
 from kuzk.contract import api as kapi
-from kuzk.contract.worker_writes import acquire, claim, join, leave, release, release_gpu
-from kuzk.contract.workers import Acquired, Assignment, Gpu
 from kuzk.contract.workerstatus import gpu_id, worker_status_name
+from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Gpu
+from kuzk.contract.workerstatus.writes import acquire, claim, join, leave, release, release_gpu
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.helpers import read_pod
@@ -81,7 +81,7 @@ def test_a_late_write_about_the_previous_holder_leaves_the_next_one_alone(
     late_write: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kuzk.contract.worker_writes")
+    caplog.set_level(logging.INFO, logger="kuzk.contract.workerstatus.writes")
     node = worker_status()
     name = worker_status_name(node, GPU.uuid)
     a = make_assignment("snap-1", partition=3, attempt=1)

@@ -17,17 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from kuzk.contract.worker_writes import (
-    acquire,
-    join,
-    leave,
-    node_worker_statuses,
-    release,
-    release_gpu,
-    stage,
-    sweep,
-)
-from kuzk.contract.workers import (
+from kuzk.contract.workerstatus import parse, worker_status_name
+from kuzk.contract.workerstatus.decisions import (
     Assignment,
     Gpu,
     decide_acquire,
@@ -37,7 +28,16 @@ from kuzk.contract.workers import (
     decide_stage,
     decide_sweep,
 )
-from kuzk.contract.workerstatus import parse, worker_status_name
+from kuzk.contract.workerstatus.writes import (
+    acquire,
+    join,
+    leave,
+    node_worker_statuses,
+    release,
+    release_gpu,
+    stage,
+    sweep,
+)
 from tests.integration.workers.conftest import delete_node, new_assignment
 from tests.integration.workers.model import NodeModel, observed
 

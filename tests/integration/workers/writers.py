@@ -27,7 +27,9 @@ from typing import Any, TypeVar
 
 from kubernetes import config
 
-from kuzk.contract.worker_writes import (
+from kuzk.contract.workerstatus import worker_status_name
+from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Gpu
+from kuzk.contract.workerstatus.writes import (
     WorkerWriteConflict,
     acquire,
     join,
@@ -36,8 +38,6 @@ from kuzk.contract.worker_writes import (
     release_gpu,
     stage,
 )
-from kuzk.contract.workers import Acquired, Assignment, Gpu
-from kuzk.contract.workerstatus import worker_status_name
 
 DIED_SHARE = 0.1  # of the partitions whose prover dies, released by the finalizer
 SWEPT_SHARE = 0.1  # of the partitions whose prover dies and whose pod is gone: the sweep's

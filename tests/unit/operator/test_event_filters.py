@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client
 
 from kuzk.contract import api
-from kuzk.contract.lanes import LaneView, lane_views
+from kuzk.contract.workerstatus.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches, Index, worker_status_keys
 from kuzk.operator.controller import Controller
 from kuzk.operator.decide.observe import Claim, worker_claims

@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.config import ConfigException
 
-from kuzk.contract.workers import Assignment, Gpu
+from kuzk.contract.workerstatus.decisions import Assignment, Gpu
 from kuzk_prover import inputs
 from kuzk_prover.reporter import ProverReporter
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from kuzk.contract import api, lane_model, ledger
+from kuzk.contract import api, ledger
 from kuzk.contract import workerstatus as ws
 from kuzk.contract.gputime import GpuTime
-from kuzk.contract.lanes import lane_priority
+from kuzk.contract.workerstatus import lane_model
+from kuzk.contract.workerstatus.lanes import lane_priority
 
 T0 = 1_800_000_000.0  # the tables' clock: seconds since the epoch
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kuzk.contract import workerstatus as ws
-from kuzk.contract.lane_model import Memory
+from kuzk.contract.workerstatus.lane_model import Memory
 from kuzk.status import document
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.query import Query

@@ -1,7 +1,7 @@
 """A GPU's state, holder and lanes in /status, and its time: busy only while a lane holds the
 GPU phase, idle by reason otherwise, busy plus idle equal to the wall time (a settable clock,
 so every sum is exact). Statuses come from the one model (``contract.workerstatus``) and from the
-write protocol's own decisions (``kuzk.contract.workers.decide_*``)."""
+write protocol's own decisions (``kuzk.contract.workerstatus.decisions.decide_*``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kuzk.contract import workers
-from kuzk.contract.workerstatus import Gpu
+from kuzk.contract.workerstatus import Gpu, decisions
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import RESOURCES, StatusView
@@ -98,8 +97,8 @@ def test_a_gpu_whose_lane_holds_the_gpu_phase_shows_the_holder_and_every_lane(
 
 
 # --- busy and idle time ----------------------------------------------------------------------
-def assignment(job: str, partition: int) -> workers.Assignment:
-    return workers.Assignment("ns", job, f"uid-{job}", "snap-update", partition, 1,
+def assignment(job: str, partition: int) -> decisions.Assignment:
+    return decisions.Assignment("ns", job, f"uid-{job}", "snap-update", partition, 1,
                               f"{job}-p{partition}-a1", f"pod-{job}-{partition}")
 
 
@@ -113,7 +112,7 @@ def test_busy_counts_only_the_gpu_phase_of_what_the_protocol_writes(view: Status
     status: dict[str, Any] = {}
     seen: dict[float, dict[str, Any]] = {}
 
-    def write(t: float, decide: Callable[..., workers.WriteDecision[Any]], *args: Any) -> None:
+    def write(t: float, decide: Callable[..., decisions.WriteDecision[Any]], *args: Any) -> None:
         nonlocal status
         decision = decide(status, *args, at(T0 + t))
         assert decision.status is not None and decision.stale is None
@@ -122,19 +121,19 @@ def test_busy_counts_only_the_gpu_phase_of_what_the_protocol_writes(view: Status
         view.event("workerstatuses", "MODIFIED", written("gpu-1", status))
         seen[t] = gpu(view)
 
-    write(0, workers.decide_join, device, a)
-    write(1, workers.decide_join, device, b)
-    write(2, workers.decide_stage, a, "synthesizing")
-    write(4, workers.decide_stage, a, "synth_done")
-    write(5, workers.decide_acquire, a)
-    write(6, workers.decide_stage, b, "synthesizing")
-    write(7, workers.decide_stage, b, "synth_done")
-    write(8, workers.decide_acquire, b)
-    write(9, workers.decide_release_gpu, a)
-    write(10, workers.decide_acquire, b)
-    write(11, workers.decide_leave, a, "succeeded")
-    write(14, workers.decide_release_gpu, b)
-    write(15, workers.decide_leave, b, "succeeded")
+    write(0, decisions.decide_join, device, a)
+    write(1, decisions.decide_join, device, b)
+    write(2, decisions.decide_stage, a, "synthesizing")
+    write(4, decisions.decide_stage, a, "synth_done")
+    write(5, decisions.decide_acquire, a)
+    write(6, decisions.decide_stage, b, "synthesizing")
+    write(7, decisions.decide_stage, b, "synth_done")
+    write(8, decisions.decide_acquire, b)
+    write(9, decisions.decide_release_gpu, a)
+    write(10, decisions.decide_acquire, b)
+    write(11, decisions.decide_leave, a, "succeeded")
+    write(14, decisions.decide_release_gpu, b)
+    write(15, decisions.decide_leave, b, "succeeded")
 
     assert [seen[t]["state"] for t in sorted(seen)] == [
         "waiting", "waiting", "waiting", "waiting", "gpu", "gpu", "gpu", "gpu", "waiting",
@@ -161,7 +160,7 @@ def test_lanes_marked_not_live_are_not_live_from_when_their_pods_stopped_being_l
     clock.now = T0 + 40
     assert gpu(view)["idle_reason"] == "cpu"
     both = ws_object("gpu-1", one)
-    sweep = workers.decide_sweep(both["status"], {"pod-j-0-1": None, "pod-j-1-1": None},
+    sweep = decisions.decide_sweep(both["status"], {"pod-j-0-1": None, "pod-j-1-1": None},
                                  at(T0 + 40), {"pod-j-0-1": at(T0 + 20), "pod-j-1-1": at(T0 + 30)})
     view.event("workerstatuses", "MODIFIED", written("gpu-1", sweep.status))
     clock.now = T0 + 50
@@ -179,7 +178,7 @@ def test_a_holder_is_busy_without_writes_and_idle_not_live_once_marked(
     assert (w["state"], w["idle_reason"], w["busy_seconds_total"]) == ("gpu", None, 100.0)
     assert doc(view)["fleet"]["gpus_proving"] == 1
     held = ws_object("gpu-1", worker("W0", "gpu", job="j", partition=0))
-    mark = workers.decide_sweep(held["status"], {"pod-j-0-1": None}, at(T0 + 100),
+    mark = decisions.decide_sweep(held["status"], {"pod-j-0-1": None}, at(T0 + 100),
                                 {"pod-j-0-1": at(T0 + 90)})
     view.event("workerstatuses", "MODIFIED", written("gpu-1", mark.status))
     clock.now = T0 + 110
@@ -245,11 +244,11 @@ def test_busy_and_idle_by_reason_always_add_up_to_the_wall_time(view: StatusView
         device = Gpu(f"GPU-{name}{k % 2}")
         status, now = statuses[name], at(T0 + t)
         decision = rng.choice([  # pure decisions: deciding all five costs nothing
-            workers.decide_join(status, device, who, now),
-            workers.decide_stage(status, who, "synth_done", now),
-            workers.decide_acquire(status, who, now),
-            workers.decide_release_gpu(status, who, now),
-            workers.decide_leave(status, who, "succeeded", now),
+            decisions.decide_join(status, device, who, now),
+            decisions.decide_stage(status, who, "synth_done", now),
+            decisions.decide_acquire(status, who, now),
+            decisions.decide_release_gpu(status, who, now),
+            decisions.decide_leave(status, who, "succeeded", now),
         ])
         if decision.status is None:
             continue

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract.gputime import GpuTime
-from kuzk.contract.lane_model import Memory
+from kuzk.contract.workerstatus.lane_model import Memory
 from kuzk.status import metrics
 from kuzk.status.aggregate import Filters, render
 from kuzk.status.view import OPEN_MODE_LAG_S, RESOURCES, StatusView

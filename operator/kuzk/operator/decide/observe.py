@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from kuzk.contract import api
 from kuzk.contract.api import DONE, PENDING, SCHEDULED, WORKER_STAGES
-from kuzk.contract.lanes import lane_views
 from kuzk.contract.pod import INVALID_INPUT_EXIT_CODE, clip, parse_result
+from kuzk.contract.workerstatus.lanes import lane_views
 from kuzk.operator.decide.actions import ReleaseWorker
 
 # Pod-level reasons the kubelet and controllers give for killing a pod that did nothing wrong.

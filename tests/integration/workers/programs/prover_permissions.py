@@ -27,8 +27,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api as kapi
-from kuzk.contract.worker_writes import acquire, claim, join, leave
-from kuzk.contract.workers import Gpu
+from kuzk.contract.workerstatus.decisions import Gpu
+from kuzk.contract.workerstatus.writes import acquire, claim, join, leave
 from kuzk_prover.reporter import ProverReporter
 
 mode, other = sys.argv[1], sys.argv[2]

@@ -1,6 +1,6 @@
 """The WorkerStatus write protocol: every write about a GPU worker is a compare-and-swap, and
 this module is its decisions (pure ``decide_*`` functions, unit-tested without a cluster);
-``kuzk.contract.worker_writes`` makes the writes.
+``kuzk.contract.workerstatus.writes`` makes the writes.
 
 The engine kuzk replaces kept worker state in memory, and a late finalizer marked a worker idle
 while it was proving the next partition. Here a worker's state lives in its GPU's
@@ -50,8 +50,6 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from kuzk.contract.api import WorkerOutcome
-from kuzk.contract.lane_model import JobRef, Lane, LaneStage, Memory, PodRef
-from kuzk.contract.lanes import ACQUIRE_STAGE, REPORTED_STAGES, lane_priority
 from kuzk.contract.workerstatus import (
     PREVIOUS_PODS,
     Gpu,
@@ -61,6 +59,8 @@ from kuzk.contract.workerstatus import (
     gpu_id,
     parse,
 )
+from kuzk.contract.workerstatus.lane_model import JobRef, Lane, LaneStage, Memory, PodRef
+from kuzk.contract.workerstatus.lanes import ACQUIRE_STAGE, REPORTED_STAGES, lane_priority
 
 T = TypeVar("T")
 

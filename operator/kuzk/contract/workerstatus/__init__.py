@@ -1,16 +1,18 @@
 """The one typed model of a WorkerStatus, read and written by the prover, the operator and the
-status server alike.
+status server alike. Everything else about the resource sits beside it in this folder: a lane's
+model (``lane_model``), what a lane means to the rest of kuzk (``lanes``), and the write
+protocol: its pure decisions (``decisions``) and the guarded writes that make them (``writes``).
 
-A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``), named
-``<node>-<GPU id>`` (``worker_status_name``): its status lists that one worker, so no object
-is written by more lanes than share one GPU. A WorkerStatus of a release before per-GPU
-objects (``legacy``: no ``spec.gpu``, named after its node) lists every GPU of its node; the
-model reads both alike, and the operator retires the old kind once its lanes are gone. A GPU carries
-lanes (``kuzk.contract.lane_model.Lane``): the partition pods the device plugin's time-slicing
-replicas put on it, in arrival order. At most one lane holds the GPU phase (``holder``); the
-others start, synthesize, wait for the GPU or commit on the CPU meanwhile. What the API server
-stores is the ``to_status`` form (camelCase, the CRD's schema); everything else in kuzk reads
-it through ``parse``.
+A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``), named ``<node>-<GPU
+id>`` (``worker_status_name``): its status lists that one worker, so no object is written by more
+lanes than share one GPU. A WorkerStatus of a release before per-GPU objects (``legacy``: no
+``spec.gpu``, named after its node) lists every GPU of its node; the model reads both alike, and the
+operator retires the old kind once its lanes are gone. A GPU carries lanes
+(``kuzk.contract.workerstatus.lane_model.Lane``): the partition pods the device plugin's
+time-slicing replicas put on it, in arrival order. At most one lane holds the GPU phase
+(``holder``); the others start, synthesize, wait for the GPU or commit on the CPU meanwhile. What
+the API server stores is the ``to_status`` form (camelCase, the CRD's schema); everything else in
+kuzk reads it through ``parse``.
 
 A worker's state follows from its lanes: ``gpu`` while a lane holds the GPU phase (the only
 state counted as busy), ``waiting`` while lanes exist but none holds it (idle for a CPU
@@ -20,7 +22,7 @@ Two kinds of figures ride on the writes lanes make anyway, so reading them costs
 each lane's memory at its last write (``lane_model.Memory``: the prover's resident host memory
 and the device memory it holds), and each GPU's time by mode (``kuzk.contract.gputime``). What
 a lane means to the rest of kuzk (the partition state it shows, its rank for the GPU phase) is
-``kuzk.contract.lanes``.
+``kuzk.contract.workerstatus.lanes``.
 
 A lane writes only when its stage changes, never to say it is alive: whether its prover is
 alive is its pod's to say (the prover container's readiness and liveness probes, ``api.
@@ -42,7 +44,7 @@ from typing import Any
 
 from kuzk.contract import api
 from kuzk.contract.gputime import GpuTime, gpu_mode, read_time, stamp
-from kuzk.contract.lane_model import Lane, PodRef
+from kuzk.contract.workerstatus.lane_model import Lane, PodRef
 
 
 class WorkerState(StrEnum):

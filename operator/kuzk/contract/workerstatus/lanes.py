@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk.contract import api
-from kuzk.contract.lane_model import LaneStage
 from kuzk.contract.workerstatus import parse
+from kuzk.contract.workerstatus.lane_model import LaneStage
 
 # The ProofJob partition state a lane's stage shows as: the engine's vocabulary, plus
 # ``committing`` for the CPU work after the GPU phase, so that a partition shows ``gpu`` only
@@ -25,10 +25,10 @@ PARTITION_STATE = {
     LaneStage.COMMITTING: api.COMMITTING,
 }
 
-# The stages a prover reports itself (``workers.decide_stage``); ``starting`` is its join, the
+# The stages a prover reports itself (``decisions.decide_stage``); ``starting`` is its join, the
 # GPU phase and the commitment after it are its acquire and its GPU release.
 REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
-# Of those, the one the acquire that follows it writes (``workers.decide_acquire``): a lane
+# Of those, the one the acquire that follows it writes (``decisions.decide_acquire``): a lane
 # that waits for the GPU phase shows ``synth_done``, one granted at once goes straight to
 # ``gpu``. kuzk's prover does not write it on its own: one write fewer per partition.
 ACQUIRE_STAGE = LaneStage.SYNTH_DONE

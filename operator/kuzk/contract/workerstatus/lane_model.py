@@ -4,7 +4,8 @@ stored form (``as_status``, camelCase) and read back from it (``from_status``), 
 the ProofJob it proves a partition of (``JobRef``), its stage (``LaneStage``) and since when,
 when it was ready for the GPU phase, since when its pod is not live (the operator's mark), and
 what its prover held at its last write (``Memory``). What a lane means to the rest of kuzk
-(the partition state it shows, its rank for the GPU phase) is ``kuzk.contract.lanes``."""
+(the partition state it shows, its rank for the GPU phase) is
+``kuzk.contract.workerstatus.lanes``."""
 
 from __future__ import annotations
 

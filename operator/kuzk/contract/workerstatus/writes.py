@@ -1,7 +1,8 @@
 """The WorkerStatus write protocol's writes: each one GETs the object, decides from what it
-says (the pure ``decide_*`` of ``kuzk.contract.workers``), then replaces ``/status`` carrying
-the ``resourceVersion`` that was read; on 409 it reads and decides again (``guarded_write``).
-Everything here talks to the API server and blocks; the rules it applies are the decisions'.
+says (the pure ``decide_*`` of ``kuzk.contract.workerstatus.decisions``), then replaces ``/status``
+carrying the ``resourceVersion`` that was read; on 409 it reads and decides again
+(``guarded_write``). Everything here talks to the API server and blocks; the rules it applies are
+the decisions'.
 
 A prover ``join``s its GPU's lanes (creating the GPU's WorkerStatus if it is the first:
 ``create_worker_status``), reports its ``stage``s, ``acquire``s the GPU phase (waiting on a
@@ -27,16 +28,21 @@ from typing import Any, TypeVar, cast
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from kuzk.contract import api as kapi
-from kuzk.contract import workers as decisions
-from kuzk.contract.api import WorkerOutcome
+from kuzk.contract.api import (
+    API_VERSION,
+    GROUP,
+    VERSION,
+    WORKERSTATUS_KIND,
+    WORKERSTATUS_PLURAL,
+    WorkerOutcome,
+)
 from kuzk.contract.clock import SYSTEM, Clock
-from kuzk.contract.lane_model import Memory, PodRef
 from kuzk.contract.retry import Backoff
-from kuzk.contract.workers import Acquired, Assignment, Released, WriteDecision
-from kuzk.contract.workerstatus import Gpu, legacy, parse, worker_status_name
+from kuzk.contract.workerstatus import Gpu, decisions, legacy, parse, worker_status_name
+from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Released, WriteDecision
+from kuzk.contract.workerstatus.lane_model import Memory, PodRef
 
-log = logging.getLogger("kuzk.contract.worker_writes")
+log = logging.getLogger("kuzk.contract.workerstatus.writes")
 
 T = TypeVar("T")
 
@@ -73,7 +79,7 @@ def _guarded(
     clock: Clock,
 ) -> tuple[T, str]:
     objects = client.CustomObjectsApi(api)
-    where = (kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, name)
+    where = (GROUP, VERSION, WORKERSTATUS_PLURAL, name)
     conflicts, deadline = 0, 0.0
     while True:
         try:
@@ -176,9 +182,9 @@ def wait_for_change(
     try:
         for event in stream.stream(  # type: ignore[no-untyped-call]
             objects.list_cluster_custom_object,
-            kapi.GROUP,
-            kapi.VERSION,
-            kapi.WORKERSTATUS_PLURAL,
+            GROUP,
+            VERSION,
+            WORKERSTATUS_PLURAL,
             field_selector=f"metadata.name={name}",
             resource_version=version,
             timeout_seconds=max(1, int(timeout_s)),
@@ -268,7 +274,7 @@ def node_worker_statuses(api: client.ApiClient, node: str) -> list[dict[str, Any
     """The WorkerStatuses of ``node`` (its GPUs', and a legacy one of its own): one LIST by
     the CRD's selectable field ``spec.nodeName``."""
     listed = client.CustomObjectsApi(api).list_cluster_custom_object(
-        kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL,
+        GROUP, VERSION, WORKERSTATUS_PLURAL,
         field_selector=f"spec.nodeName={node}", _request_timeout=_TIMEOUTS,
     )
     return list(cast(dict[str, Any], listed).get("items") or [])
@@ -280,7 +286,7 @@ def release(
 ) -> bool:
     """The finalizer's release where no cache says where the pod's lane is (an orphaned pod,
     the uninstall hook): list the node's WorkerStatuses and ``release_at`` the one that
-    concerns the pod (``workers.concerns``); True if it released a lane.
+    concerns the pod (``decisions.concerns``); True if it released a lane.
 
     False when none concerns the pod (it left, or never joined), when the write is stale
     (refused and counted), or when the WorkerStatus is gone: then there is nothing to release
@@ -357,8 +363,8 @@ def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
             raise WorkerStatusMissing(msg) from None
         raise
     body = {
-        "apiVersion": kapi.API_VERSION,
-        "kind": kapi.WORKERSTATUS_KIND,
+        "apiVersion": API_VERSION,
+        "kind": WORKERSTATUS_KIND,
         "metadata": {
             "name": worker_status_name(node, gpu.uuid),
             "ownerReferences": [
@@ -369,7 +375,7 @@ def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
     }
     try:
         client.CustomObjectsApi(api).create_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, body,
+            GROUP, VERSION, WORKERSTATUS_PLURAL, body,
             _request_timeout=_TIMEOUTS,
         )
     except ApiException as error:
@@ -389,7 +395,7 @@ def retire_legacy(api: client.ApiClient, worker_status: Mapping[str, Any]) -> bo
         return False
     try:
         client.CustomObjectsApi(api).delete_cluster_custom_object(
-            kapi.GROUP, kapi.VERSION, kapi.WORKERSTATUS_PLURAL, str(meta.get("name") or ""),
+            GROUP, VERSION, WORKERSTATUS_PLURAL, str(meta.get("name") or ""),
             body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
                 uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))),
             _request_timeout=_TIMEOUTS,
