@@ -7,8 +7,8 @@ WorkerStatuses from the operator's watch caches. ``Controller.sync`` asks the pu
 the cache was stale: it reads that one job again and decides again), then applies the actions,
 each idempotent, so a crash between any two steps is repaired by the next sync. A 404 on a
 write about the job means the job is gone (``JobGone``): its pods are then settled as orphans.
-The finalizer release, orphans and the sweep are ``kuzk.operator.reclaim``'s, which
-``Controller`` extends; the Events go through the poster it is given (``kuzk.operator.events``).
+The finalizer release, orphans and the sweep are its ``reclaimer``'s (``kuzk.operator.reclaim``);
+the Events go through the poster it is given (``kuzk.operator.events``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from kuzk.operator.decide.policies.refused import POD_REFUSED, refusal, refusal_
 from kuzk.operator.decide.reconcile import reconcile
 from kuzk.operator.events import Poster
 from kuzk.operator.ledger_store import LedgerStore
-from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer
+from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer, as_body
 
 log = logging.getLogger("kuzk.operator.controller")
 RESYNC_SECONDS = 10.0
@@ -71,8 +71,9 @@ class Synced:
 
 
 @dataclass
-class Controller(Reclaimer):
-    """Syncs ProofJobs: decides with ``reconcile`` and applies the decision."""
+class Controller:
+    """Syncs ProofJobs: decides with ``reconcile`` and applies the decision; its ``reclaimer``
+    releases finalizers and settles orphaned pods and lanes over the same API client."""
 
     api_client: client.ApiClient
     settings: PodSettings
@@ -81,7 +82,9 @@ class Controller(Reclaimer):
     clock: Clock = SYSTEM
 
     def __post_init__(self) -> None:
-        super().__init__(self.api_client, self.clock)
+        self.reclaimer = Reclaimer(self.api_client, self.clock)
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
         self._pool = ThreadPoolExecutor(max_workers=POD_CALLS_IN_FLIGHT,
                                         thread_name_prefix="kuzk-pods")
 
@@ -179,7 +182,7 @@ class Controller(Reclaimer):
                   if entry.get("state") in api.STARTED_STATES and entry.get("pod")
                   and entry["pod"] not in names]
         ns = job["metadata"]["namespace"]
-        return [pod for name in unseen if (pod := self._read_pod(ns, name)) is not None]
+        return [pod for name in unseen if (pod := self.reclaimer.read_pod(ns, name)) is not None]
 
     def _read_job(self, job: Body) -> Body:
         """The 409 path: the cached job was stale; read that one object again."""
@@ -249,7 +252,7 @@ class Controller(Reclaimer):
                          for ws in worker_statuses
                          if workerstatus.node_of(ws) == action.node
                          and decisions.concerns(ws.get("status"), action.pod_uid)]
-                after = self.release(ns, action, pod, homes)
+                after = self.reclaimer.release(ns, action, pod, homes)
                 if pod is not None and after is not None:
                     released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))
             elif isinstance(action, Event):
@@ -263,7 +266,7 @@ class Controller(Reclaimer):
         created it), or the Refusal when the API server refuses it (400 and 422 invalid,
         403 forbidden: Pod Security admission, a ResourceQuota, RBAC)."""
         try:
-            return self._body(self.core.create_namespaced_pod(
+            return as_body(self.core.create_namespaced_pod(
                 ns, action.manifest, _preload_content=False))  # type: ignore[arg-type]
         except ApiException as e:
             if e.status == 409:

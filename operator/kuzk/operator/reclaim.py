@@ -37,6 +37,12 @@ class Conflict(Exception):
     finalizers); the next sync tries again."""
 
 
+def as_body(response: Any) -> Body:
+    """The object a call made with ``_preload_content=False`` returned, as plain JSON: the
+    client's typed models cost milliseconds of CPU per pod to build and to convert back."""
+    return cast(Body, json.loads(response.data))
+
+
 class Reclaimer:
     """The finalizer release, orphaned pods and the WorkerStatus sweep, over one API client."""
 
@@ -45,12 +51,6 @@ class Reclaimer:
         self.clock = clock
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-
-    @staticmethod
-    def _body(response: Any) -> Body:
-        """The object a call made with ``_preload_content=False`` returned, as plain JSON: the
-        client's typed models cost milliseconds of CPU per pod to build and to convert back."""
-        return cast(Body, json.loads(response.data))
 
     # --- the finalizer -------------------------------------------------------------------
     def release(
@@ -72,7 +72,7 @@ class Reclaimer:
         node's WorkerStatuses are listed. Returns the pod as the finalizer patch left it
         (None when no patch was made)."""
         if pod is None:
-            pod = self._read_pod(ns, action.pod_name)
+            pod = self.read_pod(ns, action.pod_name)
         if pod is None or (pod.get("metadata") or {}).get("uid") != action.pod_uid:
             return None
         if action.node:
@@ -91,9 +91,9 @@ class Reclaimer:
             )
         return self._drop_finalizer(ns, pod)
 
-    def _read_pod(self, ns: str, name: str) -> Body | None:
+    def read_pod(self, ns: str, name: str) -> Body | None:
         try:
-            return self._body(self.core.read_namespaced_pod(name, ns, _preload_content=False))
+            return as_body(self.core.read_namespaced_pod(name, ns, _preload_content=False))
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -115,14 +115,14 @@ class Reclaimer:
                 {"op": "remove", "path": path},
             ]
             try:
-                return self._body(self.core.patch_namespaced_pod(
+                return as_body(self.core.patch_namespaced_pod(
                     meta["name"], ns, patch, _preload_content=False))
             except ApiException as e:
                 if e.status == 404:
                     return None
                 if e.status not in (409, 422):
                     raise
-            fresh = self._read_pod(ns, meta.get("name", ""))
+            fresh = self.read_pod(ns, meta.get("name", ""))
             if fresh is None or (fresh.get("metadata") or {}).get("uid") != meta.get("uid"):
                 return None
             pod = fresh
@@ -152,7 +152,7 @@ class Reclaimer:
                 if e.status in (404, 409):
                     return None
                 raise
-            pod = self._body(deleted)
+            pod = as_body(deleted)
         action = release_action(pod, moment)
         if action is not None:
             self.release(ns, action, pod)

@@ -291,7 +291,7 @@ class Runtime:
         if owner and job and controlled_by(pod, (job.get("metadata") or {}).get("uid", "")):
             self.queue.kick(("job", namespace, owner["name"]))
             raise Gone
-        delay = await asyncio.to_thread(self.controller.settle_orphan, pod)
+        delay = await asyncio.to_thread(self.controller.reclaimer.settle_orphan, pod)
         if delay is None and owner and not is_deleting(pod):
             # Its job exists after all (the cache had not seen it yet): the job's sync owns it.
             self.queue.kick(("job", namespace, owner["name"]))
@@ -305,7 +305,7 @@ class Runtime:
         live = {(p.get("metadata") or {}).get("uid", ""): sweep_outcome(p) for p in pods}
         not_live = {(p.get("metadata") or {}).get("uid", ""): since for p in pods
                     if (since := api.pod_not_live_since(p)) is not None}
-        await asyncio.to_thread(self.controller.sweep, name, live, ws, not_live)
+        await asyncio.to_thread(self.controller.reclaimer.sweep, name, live, ws, not_live)
         return SWEEP_SECONDS
 
     def _sync_worker_statuses(self, namespace: str, name: str, pods: list[Body]) -> list[Body]:
