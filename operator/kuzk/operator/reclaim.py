@@ -5,8 +5,8 @@ WorkerStatus is released (the guarded write of ``kuzk.contract.workerstatus.writ
 pod and its identity are gone. ``Reclaimer.release`` makes that write and drops the finalizer;
 ``settle_orphan`` deletes and releases a pod whose ProofJob is gone; ``sweep`` releases the
 lanes of pods that ended without it and retires a per-node WorkerStatus of an earlier release.
-Blocking calls, run in worker threads; ``kuzk.operator.controller.Controller`` extends this
-class and releases the pods its decisions name.
+Blocking calls, run in worker threads; ``kuzk.operator.controller.Controller`` holds one (its
+``reclaimer``) and releases through it the pods its decisions name.
 """
 
 from __future__ import annotations
