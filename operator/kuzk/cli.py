@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import random
 import re
-import secrets
-import socket
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, cast
@@ -23,10 +19,9 @@ from kubernetes import client, config
 
 from kuzk.contract import api, crds, filecoin, logs, proofjob
 from kuzk.contract.gpu import DEFAULT_GPU_RESOURCE
-from kuzk.contract.kubeconfig import load_config
+from kuzk.contract.kubeconfig import load_config, no_configuration
 from kuzk.operator import uninstall
-from kuzk.operator.decide.pods import HTTP_PROBES, PROBE_KINDS, PodSettings
-from kuzk.operator.peering import Peering, PeeringError, ensure_peering
+from kuzk.operator.decide.pods import HTTP_PROBES, PROBE_KINDS
 
 
 def _command(text: str) -> list[str]:
@@ -301,85 +296,11 @@ def _kubeconfig(text: str) -> str:
     return text
 
 
-def run_operator(args: argparse.Namespace) -> int:
-    import kopf
-
-    from kuzk.operator import handlers
-
-    kopf.configure(verbose=args.verbose)
-    logs.configure(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
-    logging.getLogger("kuzk").setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    if not args.verbose:
-        # Kopf logs "Handler '...' succeeded." for every watch event at INFO: about a hundred
-        # lines a second on a busy fleet, and a measurable share of the operator's CPU. Its
-        # warnings and errors stay; kuzk logs what it does itself.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    namespaces = list(args.namespace)
-    peering: Peering | None = None
-    if not args.standalone:
-        # An explicit peering name makes peering mandatory: replicas wait for the peering
-        # CRD rather than silently acting alone. kuzk's clock follows the same peering, so
-        # it needs the identity Kopf uses.
-        priority = args.priority if args.priority is not None else random.randint(1, 2**30)
-        identity = os.environ.get("POD_ID") or (
-            f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
-        )
-        peering = Peering(args.peering, identity, priority, tuple(namespaces))
-    try:
-        memo = handlers.configure(
-            PodSettings(
-                image=args.prover_image,
-                command=tuple(args.prover_command),
-                gpu_resource=args.gpu_resource,
-                service_account_name=args.prover_service_account,
-                kernel_cache_host_path=args.prover_kernel_cache_host_path,
-                allowed_images=tuple(args.allowed_prover_image),
-                allowed_priority_classes=tuple(args.allowed_priority_class),
-                log_format=args.log_format,
-                image_pull_secrets=tuple(dict.fromkeys(args.prover_image_pull_secret)),
-                filecoin_command=tuple(args.filecoin_prover_command),
-                filecoin_parameters_host_path=args.filecoin_parameters_host_path,
-                probes=args.prover_probes,
-            ),
-            peering,
-            args.ledger,
-            (args.metrics_address, args.metrics_port) if args.metrics_port else None,
-            tuple(namespaces),
-        )
-    except (config.ConfigException, OSError) as e:
-        return _no_configuration(e)
-    if peering is not None:
-        try:
-            ensure_peering(client.ApiClient(), args.peering, namespaces)
-        except PeeringError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-    settings = kopf.OperatorSettings()
-    settings.peering.lifetime = args.peering_lifetime
-    kopf.run(
-        settings=settings,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=args.liveness_endpoint,
-        memo=memo,
-        standalone=peering is None,
-        peering_name=peering.name if peering else None,
-        priority=peering.priority if peering else None,
-        identity=peering.identity if peering else None,  # type: ignore[arg-type]
-    )
-    return 0
-
-
-def _no_configuration(error: Exception) -> int:
-    print(f"error: no Kubernetes configuration: {error}", file=sys.stderr)
-    return 1
-
-
 def release_finalizers(args: argparse.Namespace) -> int:
     try:
         load_config()
     except (config.ConfigException, OSError) as e:
-        return _no_configuration(e)
+        return no_configuration(e)
     done = uninstall.release_finalizers(client.ApiClient(), args.namespace)
     print(f"released {done} partition pod(s)")
     return 0
@@ -389,7 +310,7 @@ def write_proof(args: argparse.Namespace) -> int:
     try:
         load_config(None, args.kubeconfig)
     except (config.ConfigException, OSError) as e:
-        return _no_configuration(e)
+        return no_configuration(e)
     where = f"ProofJob {args.namespace}/{args.name}"
     try:
         job = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(
@@ -416,7 +337,7 @@ def run_status_server(args: argparse.Namespace) -> int:
     try:
         load_config(configuration, args.kubeconfig)
     except (config.ConfigException, OSError) as e:
-        return _no_configuration(e)
+        return no_configuration(e)
     source = app.Source(configuration, tuple(args.namespace), args.ledger)
     try:
         app.serve(source, host=args.host, port=args.port, keep_finished=args.keep_finished,
@@ -456,7 +377,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return write_proof(args)
     if args.command == "status-server":
         return run_status_server(args)
-    return run_operator(args)
+    # Kopf is the operator extra's: imported first, so that main says so when it is missing.
+    import kopf  # noqa: F401
+
+    from kuzk.operator import startup
+
+    return startup.run(args)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ EXITS = ("sys.exit", "os._exit", "SystemExit", "exit", "quit")
 # The same name meaning something else: the operator's own pod's name, which the chart's
 # Deployment sets for the operator (the reporting instance of its Events), not the partition
 # pod's.
-ELSEWHERE = {(KUZK / "operator" / "handlers.py", pod.POD_NAME_ENV)}
+ELSEWHERE = {(KUZK / "operator" / "startup.py", pod.POD_NAME_ENV)}
 # An exit code written into a sentence: "exited 2", "exit code 2".
 EXIT_TEXT = re.compile(r"(?i)\bexit(?:s|ed)?(?: with)?(?: code)? (\d+)\b")
 

@@ -6,6 +6,7 @@ ServiceAccount, else ``~/.kube/config``."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import cast
 
@@ -32,3 +33,9 @@ def load_config(
     except config.ConfigException:
         from_file(config_file=os.path.expanduser("~/.kube/config"),
                   client_configuration=configuration)
+
+
+def no_configuration(error: Exception) -> int:
+    """Say on stderr that no credentials were found (``error``: why); the exit status to return."""
+    print(f"error: no Kubernetes configuration: {error}", file=sys.stderr)
+    return 1

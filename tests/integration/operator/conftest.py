@@ -29,7 +29,7 @@ from kubernetes.config import kube_config
 
 from kuzk.contract import api
 from kuzk.contract.proofjob import resolve
-from kuzk.operator import handlers
+from kuzk.operator import startup
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk.operator.runtime import Runtime
 from testenv.cluster import Cluster
@@ -180,8 +180,8 @@ def inprocess_operator(
     started: list[InProcessOperator] = []
 
     def start() -> InProcessOperator:
-        memo = handlers.configure(replace(STANDIN_SETTINGS, command=tuple(standin_command(plan))),
-                                  namespaces=(namespace,))
+        memo = startup.configure(replace(STANDIN_SETTINGS, command=tuple(standin_command(plan))),
+                                 namespaces=(namespace,))
         loop, stop_flag = asyncio.new_event_loop(), threading.Event()
 
         def main() -> None:
