@@ -6,13 +6,12 @@ way the handler layer does (create if absent, finalizer-aware delete, release th
 kuzk's finalizer and only it, status replace with nulls pruned) and plays kubelet and prover,
 so tests feed ``reconcile`` its own results back.
 
-What it does not model, and where that is tested instead: the guarded WorkerStatus write (a
-release here always frees the claim; stale refusals are ``tests/unit/test_worker_decisions.py``
-and ``tests/integration/workers``), resourceVersion conflicts and watch lag (the runtime's
-overlays: ``test_event_filters.py`` and ``tests/integration/operator``), and a kubelet
-stopping a deleted pod (a deleting pod keeps its phase until a test ends it; the clock moves
-only when a test ticks it; ``tests/integration/testenv/test_pod_deletion.py`` has the real
-one).
+What it does not model, and where that is tested instead: the guarded WorkerStatus write (a release
+here always frees the claim; stale refusals are ``tests/unit/contract/test_worker_decisions.py`` and
+``tests/integration/workers``), resourceVersion conflicts and watch lag (the runtime's overlays:
+``test_event_filters.py`` and ``tests/integration/operator``), and a kubelet stopping a deleted pod
+(a deleting pod keeps its phase until a test ends it; the clock moves only when a test ticks it;
+``tests/integration/testenv/test_pod_deletion.py`` has the real one).
 """
 
 from __future__ import annotations
