@@ -25,16 +25,8 @@ from kuzk.contract.api import (
     PHASE_SUSPENDED,
     STARTED_STATES,
 )
-from kuzk.operator.decide import ranges
-from kuzk.operator.decide.actions import (
-    Action,
-    CreatePod,
-    Decision,
-    DeleteJob,
-    DeletePod,
-    Event,
-    Refusal,
-)
+from kuzk.operator.decide import actions, ranges
+from kuzk.operator.decide.actions import Action, Decision, Event, Refusal
 from kuzk.operator.decide.conditions import REJECTED, conditions
 from kuzk.operator.decide.observe import (
     controlled_by,
@@ -101,18 +93,18 @@ def reconcile(
     active = sum(1 for part in parts if wanted and not part.terminal)
     status = _status(spec, prev, parts, phase, failure, start_time, active, stamp)
     events += _job_events(prev_phase, phase, failure, status)
-    actions: list[Action] = [*creates, *_pod_cleanup(by_part, strays, parts, wanted, phase, now)]
-    actions += events
+    to_apply: list[Action] = [*creates, *_pod_cleanup(by_part, strays, parts, wanted, phase, now)]
+    to_apply += events
     waits = [*refusal_waits, *_grace_waits([*strays, *_all(by_part)], now)]
     if (left := deadline.seconds_left(spec, phase, status["startTime"], now)) is not None:
         waits.append(left)
     expiry = ttl.decide(spec, status, now)
-    if isinstance(expiry, DeleteJob):
-        actions.append(expiry)
+    if isinstance(expiry, actions.DeleteJob):
+        to_apply.append(expiry)
     elif expiry is not None:
         waits.append(expiry)
     requeue = min(waits) if waits else None
-    return Decision(status=status, actions=actions, requeue_after=requeue)
+    return Decision(status=status, actions=to_apply, requeue_after=requeue)
 
 
 def _load_partitions(prev: Mapping[str, Any], count: int) -> list[Partition]:
@@ -201,7 +193,7 @@ def _creates(
                 waits.append(wait)
                 continue
             manifest = pod_manifest(spec, part.index, part.attempt, settings)
-            creates.append(CreatePod(manifest, part.index, part.attempt))
+            creates.append(actions.CreatePod(manifest, part.index, part.attempt))
             part.pod = manifest["metadata"]["name"]
     return creates, waits
 
@@ -269,7 +261,7 @@ def _pod_cleanup(
     for pod, reason in judged:
         meta = pod.get("metadata") or {}
         if reason and not is_finished(pod) and not is_deleting(pod):
-            deletes.append(DeletePod(meta.get("name", ""), meta.get("uid", ""), reason))
+            deletes.append(actions.DeletePod(meta.get("name", ""), meta.get("uid", ""), reason))
         release = release_action(pod, now)
         if release is not None:
             releases.append(release)
