@@ -46,11 +46,8 @@ log = logging.getLogger("kuzk.contract.workerstatus.writes")
 
 T = TypeVar("T")
 
-# How long a write keeps trying through continuous 409s. A GPU's WorkerStatus has as many
-# writers as the GPU has lanes; on a loaded API server a write may still need many tries (when
-# one object held a node's 8 GPUs x 3 lanes, a join's p99 was 12 s on two cores, and a 10 s
-# budget gave 1 write up in 99 partitions), and a prover waits for its write anyway, so the
-# budget is generous.
+# How long a write keeps trying through continuous 409s: generous, since a GPU's lanes all
+# write its one WorkerStatus, a loaded API server answers slowly, and a prover waits anyway.
 CONFLICT_BUDGET_S = 30.0
 # The wait after each conflict: from 10 ms doubling to 250 ms, anywhere from 0 (full jitter:
 # the lanes that conflicted do not come back together).
@@ -181,10 +178,7 @@ def wait_for_change(
     stream = watch.Watch()  # type: ignore[no-untyped-call]
     try:
         for event in stream.stream(  # type: ignore[no-untyped-call]
-            objects.list_cluster_custom_object,
-            GROUP,
-            VERSION,
-            WORKERSTATUS_PLURAL,
+            objects.list_cluster_custom_object, GROUP, VERSION, WORKERSTATUS_PLURAL,
             field_selector=f"metadata.name={name}",
             resource_version=version,
             timeout_seconds=max(1, int(timeout_s)),
@@ -375,9 +369,7 @@ def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
     }
     try:
         client.CustomObjectsApi(api).create_cluster_custom_object(
-            GROUP, VERSION, WORKERSTATUS_PLURAL, body,
-            _request_timeout=_TIMEOUTS,
-        )
+            GROUP, VERSION, WORKERSTATUS_PLURAL, body, _request_timeout=_TIMEOUTS)
     except ApiException as error:
         if error.status == 409:
             return False
