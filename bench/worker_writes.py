@@ -7,7 +7,7 @@ the WorkerStatus CRD and, for each number of concurrent writers (separate proces
 lanes of one GPU), makes the same number of updates two ways on one GPU's WorkerStatus. Each
 writer adds 1 to the GPU's worker's ``completed`` count per update:
 
-* guarded: contract.worker_writes.guarded_write (GET, decide, replace /status with the
+* guarded: contract.workerstatus.writes.guarded_write (GET, decide, replace /status with the
   resourceVersion read, retry on 409 Conflict);
 * unguarded: GET, add 1, then a JSON merge patch of ``status.workers`` without a
   resourceVersion, the write the protocol forbids.
@@ -25,9 +25,9 @@ process per lane of every GPU (``--gpus`` GPUs, alias ``--provers``) proves part
 back as the prover does (join, synthesizing, acquire the GPU phase, waiting on a watch
 in stage synth_done while another lane holds it, release it, leave; ``--partition`` seconds of
 work on average, random from half to one and a half times that, 40 % synthesis and 60 % GPU phase;
-``--gap`` seconds until the next pod) through contract.worker_writes, and an "operator" process
-makes the finalizer release of every finished pod (as a partition pod's finalizer does: a LIST
-of the node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the
+``--gap`` seconds until the next pod) through contract.workerstatus.writes, and an "operator"
+process makes the finalizer release of every finished pod (as a partition pod's finalizer does:
+a LIST of the node's WorkerStatuses, then the write to the one with the pod's lane, if any) and the
 periodic sweep of each of them (``--sweep`` seconds, 30 as the operator; no pod is gone, so it
 must remove nothing). Per lane count it reports p50/p99 latency per operation, WorkerStatus
 writes (PUTs) and 409s per partition attempt, every write that gave up (WorkerWriteConflict),
