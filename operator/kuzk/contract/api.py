@@ -11,7 +11,6 @@ implies (``PROOF_KINDS``). A ProofJob's own model (its spec and its resolution) 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import re
 from collections.abc import Mapping
@@ -96,7 +95,11 @@ def is_dns_subdomain(text: str) -> bool:
 
 
 def version() -> str:
-    """kuzk's version, as installed (the package metadata), for --version and build info."""
+    """kuzk's version, as installed (the package metadata), for --version and build info.
+    ``importlib.metadata`` is imported here, not with the module: the stage names are read
+    by every short-lived ``kuzk-lane`` call, which has no use for it."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("kuzk")
     except importlib.metadata.PackageNotFoundError:
