@@ -13,7 +13,7 @@ import pytest
 from kuzk import cli
 from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
-from tests.unit.operator.objects import Make
+from tests.unit.operator.decide.objects import Make
 from tests.unit.test_chart import CHART, helm, one, render, set_json
 
 FLAG = "--prover-image-pull-secret"

@@ -12,7 +12,7 @@ from kuzk.contract import api, filecoin, pod, proofjob
 from kuzk.operator.decide.partitions import NO_PROOF
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import T0, Make
+from tests.unit.operator.decide.objects import T0, Make
 
 
 def sectors(*numbers: int) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import pytest
 from kuzk.contract import pod
 from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
-from tests.unit.operator.objects import Make
+from tests.unit.operator.decide.objects import Make
 
 ROOT = Path(__file__).resolve().parents[1].parent
 KUZK = ROOT / "operator" / "kuzk"

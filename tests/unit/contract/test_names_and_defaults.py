@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from kuzk.contract import api, pod, proofjob
-from tests.unit.operator.objects import Make
+from tests.unit.operator.decide.objects import Make
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -13,7 +13,7 @@ import pytest
 from kuzk.operator.decide.actions import CreatePod, Decision, Refusal
 from kuzk.operator.decide.policies.refused import refusal_backoff
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import SETTINGS, Cluster, Make
+from tests.unit.operator.decide.objects import SETTINGS, Cluster, Make
 
 QUOTA = 'pods "job-p0-a1" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=1'
 INVALID = 'Pod "job-p0-a1" is invalid: spec.volumes[0].hostPath.path: must not contain \'..\''

@@ -16,7 +16,7 @@ from kuzk.operator.decide.actions import CreatePod, DeletePod, Event, ReleaseWor
 from kuzk.operator.decide.observe import observe, worker_outcome
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import T0, Make, commitment_for
+from tests.unit.operator.decide.objects import T0, Make, commitment_for
 
 SETTINGS = PodSettings(image="kuzk/prover:test")
 DISRUPTED = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}

@@ -14,7 +14,7 @@ from kuzk.contract.pod import ALIVE_PORT
 from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import HTTP_PROBES, PROBE_KINDS, PodSettings, pod_manifest
 from kuzk_prover.alive import PULSE_S
-from tests.unit.operator.objects import Make
+from tests.unit.operator.decide.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")
 

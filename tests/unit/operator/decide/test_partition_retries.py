@@ -7,7 +7,7 @@ import pytest
 from kuzk.operator.decide.actions import CreatePod, DeletePod, Event
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import T0, Cluster, Make
+from tests.unit.operator.decide.objects import T0, Cluster, Make
 
 SETTINGS = PodSettings(image="kuzk/prover:test")
 

@@ -10,7 +10,7 @@ import pytest
 from kuzk.contract import proofjob
 from kuzk.contract.proofjob import resolve
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
-from tests.unit.operator.objects import Make
+from tests.unit.operator.decide.objects import Make
 
 SETTINGS = PodSettings(image="kuzk/prover:1")
 

@@ -18,7 +18,7 @@ from kuzk.contract import api, proofjob
 from kuzk.operator.controller import without_nulls
 from kuzk.operator.decide.actions import CreatePod, Event
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import (
+from tests.unit.operator.decide.objects import (
     SETTINGS,
     Cluster,
     Make,

@@ -12,7 +12,7 @@ from kuzk.contract import api, proofjob
 from kuzk.operator.decide.actions import CreatePod, DeleteJob, DeletePod, Event
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import T0, Cluster, Make, commitment_for
+from tests.unit.operator.decide.objects import T0, Cluster, Make, commitment_for
 
 SETTINGS = PodSettings(image="kuzk/prover:test")
 

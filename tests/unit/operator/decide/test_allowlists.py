@@ -12,7 +12,7 @@ import pytest
 from kuzk.operator.decide.actions import CreatePod
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.decide.reconcile import reconcile
-from tests.unit.operator.objects import T0, Make
+from tests.unit.operator.decide.objects import T0, Make
 
 STRICT = PodSettings(image="kuzk/prover:1",
                      allowed_images=("kuzk/prover:1", "registry.example/kuzk/*"),
