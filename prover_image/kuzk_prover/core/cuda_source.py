@@ -2,7 +2,7 @@
 
 It is a Python string (not a .cu file) so that it ships inside the package with no package
 data. It uses nothing but C++ and a handful of CUDA built-ins, so the same text also compiles
-as plain C++ with a small shim (tests/unit/prover/cuda_shim.h), which lets machines without a
+as plain C++ with a small shim (tests/unit/prover/core/cuda_shim.h), which lets machines without a
 GPU run the real kernels on CPU threads.
 
 Data are uint32 field elements in standard form; twiddles and scale tables are stored in

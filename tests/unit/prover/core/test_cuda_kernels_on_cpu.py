@@ -1,4 +1,4 @@
-"""The CUDA kernels' source, compiled as C++ on CPU threads (tests/unit/prover/cuda_shim.h) and
+"""The CUDA kernels' source, compiled as C++ on CPU threads (tests/unit/prover/core/cuda_shim.h) and
 driven by the real DevicePipeline, agrees with the NumPy path: transforms, quotients, and whole
 proofs commitment for commitment. This is what checks the kernels' index arithmetic, the launch
 sequence and what the GPU phase moves on machines without a GPU; the ``xp`` tests check the

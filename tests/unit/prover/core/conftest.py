@@ -1,4 +1,4 @@
-"""Fixtures for the prover's unit tests: ``xp``, the array namespace a test runs on (NumPy
+"""Fixtures for the proving core's unit tests: ``xp``, the array namespace a test runs on (NumPy
 always; CuPy too, skipped with the reason where no usable CUDA device exists), and ``rng``, a
 freshly seeded generator whose seed is printed on failure so a case can be replayed."""
 
