@@ -2,7 +2,7 @@
 under ``kuzk-lane run`` hands over its result and the agent writes it; how the prover ended
 becomes the pod contract's exit code and message; every bad call is refused with one line and
 changes nothing; and the agent and its calls run without NumPy. What the calls write to a
-WorkerStatus is tested against the API server in tests/integration/prover/test_lane_agent.py.
+WorkerStatus is tested against the API server in tests/integration/operator/test_foreign_prover.py.
 """
 
 from __future__ import annotations
