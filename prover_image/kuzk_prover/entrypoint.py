@@ -30,6 +30,7 @@ from types import FrameType
 
 from kuzk.contract import logs
 from kuzk.contract.api import version
+from kuzk.contract.gpu import Gpu
 from kuzk.contract.pod import (
     FAILED_EXIT_CODE,
     FILECOIN_INPUT_KEY,
@@ -39,7 +40,6 @@ from kuzk.contract.pod import (
     OK_EXIT_CODE,
     TERMINATED_EXIT_CODE,
 )
-from kuzk.contract.workerstatus.decisions import Gpu
 from kuzk_prover import inputs as inputs_module
 from kuzk_prover.alive import Pulse
 from kuzk_prover.core.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend

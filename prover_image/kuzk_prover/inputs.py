@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kuzk.contract import api, pod, proofjob
+from kuzk.contract.gpu import VISIBLE_DEVICES_ENV
 
 # One table of proof kinds for operator and prover: kuzk.contract.api.
 PROOF_KINDS = tuple(api.PROOF_KINDS)
@@ -181,7 +182,7 @@ def identity_from_env(env: Mapping[str, str]) -> PodIdentity:
         pod_name=_optional(env, pod.POD_NAME_ENV),
         pod_uid=_optional(env, pod.POD_UID_ENV),
         node=_optional(env, pod.NODE_NAME_ENV),
-        visible_devices=_optional(env, "NVIDIA_VISIBLE_DEVICES"),
+        visible_devices=_optional(env, VISIBLE_DEVICES_ENV),
     )
 
 

@@ -26,8 +26,9 @@ from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
 from kuzk.contract.api import WorkerOutcome
+from kuzk.contract.gpu import Gpu, visible_gpu
 from kuzk.contract.kubeconfig import load_config
-from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Gpu, Memory, describe
+from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Memory, describe
 from kuzk.contract.workerstatus.lanes import ACQUIRE_STAGE, REPORTED_STAGES
 from kuzk.contract.workerstatus.writes import (
     WorkerStatusMissing,
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_NOT_A_DEVICE = ("", "all", "none", "void")
 # How long a new pod's join tries again while its Node cannot be found (the first lane of a GPU
 # creates the GPU's WorkerStatus, owned by the Node).
 JOIN_WAIT_S = 10.0
@@ -171,13 +171,10 @@ class ProverReporter:
 
     def gpu(self, device: Gpu | None = None) -> Gpu:
         """The GPU this pod drives: the device's own (from CuPy) if given, else the first of
-        NVIDIA_VISIBLE_DEVICES, else the node's CPU."""
+        NVIDIA_VISIBLE_DEVICES, else the node's CPU (``contract.gpu.visible_gpu``)."""
         if device is not None:
             return device
-        first = self.visible_devices.split(",")[0].strip()
-        if first.lower() not in _NOT_A_DEVICE:
-            return Gpu(first)
-        return Gpu(f"CPU-{self.node}", "cpu")
+        return visible_gpu(self.visible_devices, self.node)
 
     def _name(self) -> str:
         """The WorkerStatus the lane's writes after ``join`` go to."""

@@ -1,4 +1,8 @@
-"""The one place that decides between CuPy and NumPy, and says which it chose.
+"""The one place that decides between CuPy and NumPy, and says which it chose; and the one
+reading of the device it computes on as CUDA tells it (``Backend``: its name, its UUID as
+nvidia-smi writes it, its memory). The rest of what kuzk knows of a GPU (what identifies one,
+which one a container was given) is the contract's (``kuzk.contract.gpu``), which this core
+does not import: the prover turns a Backend into a ``Gpu`` where it joins its lanes.
 
 CuPy is used when it imports, ``cupy.is_available()`` and one tiny kernel launch succeeds;
 otherwise NumPy. ``KUZK_BACKEND=numpy|cupy`` forces a choice, and forcing CuPy where it cannot

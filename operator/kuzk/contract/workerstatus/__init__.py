@@ -3,16 +3,16 @@ status server alike. Everything else about the resource sits beside it in this f
 model (``lane_model``), what a lane means to the rest of kuzk (``lanes``), and the write
 protocol: its pure decisions (``decisions``) and the guarded writes that make them (``writes``).
 
-A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``), named ``<node>-<GPU
-id>`` (``worker_status_name``): its status lists that one worker, so no object is written by more
-lanes than share one GPU. A WorkerStatus of a release before per-GPU objects (``legacy``: no
-``spec.gpu``, named after its node) lists every GPU of its node; the model reads both alike, and the
-operator retires the old kind once its lanes are gone. A GPU carries lanes
-(``kuzk.contract.workerstatus.lane_model.Lane``): the partition pods the device plugin's
-time-slicing replicas put on it, in arrival order. At most one lane holds the GPU phase
-(``holder``); the others start, synthesize, wait for the GPU or commit on the CPU meanwhile. What
-the API server stores is the ``to_status`` form (camelCase, the CRD's schema); everything else in
-kuzk reads it through ``parse``.
+A WorkerStatus is one physical GPU of a node (``spec.nodeName``, ``spec.gpu``: a
+``kuzk.contract.gpu.Gpu``), named ``<node>-<GPU id>`` (``worker_status_name``): its status lists
+that one worker, so no object is written by more lanes than share one GPU. A WorkerStatus of a
+release before per-GPU objects (``legacy``: no ``spec.gpu``, named after its node) lists every
+GPU of its node; the model reads both alike, and the operator retires the old kind once its
+lanes are gone. A GPU carries lanes (``kuzk.contract.workerstatus.lane_model.Lane``): the
+partition pods the device plugin's time-slicing replicas put on it, in arrival order. At most
+one lane holds the GPU phase (``holder``); the others start, synthesize, wait for the GPU or
+commit on the CPU meanwhile. What the API server stores is the ``to_status`` form (camelCase,
+the CRD's schema); everything else in kuzk reads it through ``parse``.
 
 A worker's state follows from its lanes: ``gpu`` while a lane holds the GPU phase (the only
 state counted as busy), ``waiting`` while lanes exist but none holds it (idle for a CPU
@@ -43,6 +43,7 @@ from enum import StrEnum
 from typing import Any
 
 from kuzk.contract import api
+from kuzk.contract.gpu import Gpu
 from kuzk.contract.gputime import GpuTime, gpu_mode, read_time, stamp
 from kuzk.contract.workerstatus.lane_model import Lane, PodRef
 
@@ -61,23 +62,6 @@ class WorkerState(StrEnum):
 MAX_LANES = 16
 MAX_WORKERS = 64
 PREVIOUS_PODS = 8
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """The GPU a worker drives; the UUID is its identity."""
-
-    uuid: str
-    name: str = ""
-    memory_bytes: int | None = None
-
-    def as_status(self) -> dict[str, Any]:
-        gpu: dict[str, Any] = {"uuid": self.uuid}
-        if self.name:
-            gpu["name"] = self.name
-        if self.memory_bytes is not None:
-            gpu["memoryBytes"] = self.memory_bytes
-        return gpu
 
 
 @dataclass(frozen=True)
@@ -221,16 +205,10 @@ class WorkerStatusModel:
 
 # --- reading the stored form -----------------------------------------------------------
 def _worker(value: Mapping[str, Any], fallback: datetime) -> Worker:
-    gpu = value.get("gpu") or {}
-    memory = gpu.get("memoryBytes")
     holder = value.get("holder")
     return Worker(
         id=str(value.get("id") or ""),
-        gpu=Gpu(
-            str(gpu.get("uuid") or ""),
-            str(gpu.get("name") or ""),
-            None if memory is None else int(memory),
-        ),
+        gpu=Gpu.from_status(value.get("gpu")),
         lanes=tuple(Lane.from_status(lane, fallback) for lane in value.get("lanes") or []),
         holder=(
             Holder(PodRef.from_status(holder.get("pod")),
