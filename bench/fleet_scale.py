@@ -71,7 +71,7 @@ requests per attempt by verb, LISTs per sync (a sync is one pass of
 ``reconcile``, counted by ``bench/counted_operator.py``) and its peak RSS.
 
     .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
-        [--rounds 1] [--job-first] [--json out]
+        [--rounds 1] [--job-first] [--in-flight 8] [--json out]
 
 Needs the control-plane binaries (``bash testenv/build``). Wall-clock figures move with
 the machine's load, printed with them; the counts per attempt are the point.
@@ -339,6 +339,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of both systems, each round's order the reverse of the one "
                              "before; figures are the medians of the rounds' (default 1)")
+    parser.add_argument("--in-flight", type=int, default=8,
+                        help="the stand-in's WorkerStatus writes in flight at most, for every "
+                             "pod it serves (default 8)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
@@ -467,7 +470,8 @@ class Bench:
         self.standin = self.stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_standin.py"), "--kubeconfig",
              str(self.kubeconfigs[PROVER_SA]), "--work",
-             *map(str, args.work), "--bare-namespace", JOB_NS],
+             *map(str, args.work), "--in-flight", str(args.in_flight),
+             "--bare-namespace", JOB_NS],
             cluster.env(), self.logs / "standin.log", stdout=subprocess.PIPE))
         assert self.standin.stdout is not None
         first = self.standin.stdout.readline().decode().split()
@@ -615,7 +619,7 @@ class Bench:
         return {
             "kuzk_module": str(Path(kuzk.__file__).parent),
             "nodes": args.nodes, "gpus": args.gpus, "lanes": args.lanes, "jobs": args.jobs,
-            "work_s": list(args.work),
+            "work_s": list(args.work), "in_flight": args.in_flight,
             "load_average": self.load, "nodes_not_ready": self.not_ready,
             "kuzk": self.last[KUZK].summary(), "job": self.last[JOB].summary(),
             "operator": {
@@ -648,10 +652,10 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds) < 1
+    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds, args.in_flight) < 1
             or not 0 < args.work[0] <= args.work[1]):
-        parser.error("--nodes, --gpus, --lanes, --jobs and --rounds must be at least 1; "
-                     "--work needs 0 < MIN <= MAX")
+        parser.error("--nodes, --gpus, --lanes, --jobs, --rounds and --in-flight must be at "
+                     "least 1; --work needs 0 < MIN <= MAX")
     signal.signal(signal.SIGTERM, _sigterm)
     started = time.monotonic()
     partitions = sum(api.PROOF_KINDS[KINDS[i % len(KINDS)]].partitions
@@ -662,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
           f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod: a "
           f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, leave: "
-          f"writes only when its lane moves; at most 8 of its "
+          f"writes only when its lane moves; at most {args.in_flight} of its "
           f"WorkerStatus writes in flight), a Job's with work only (its GPU part in its GPU's "
           f"turn); each partition works "
           f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
