@@ -40,12 +40,18 @@ from kuzk.contract.pod import (
     OK_EXIT_CODE,
     TERMINATED_EXIT_CODE,
 )
-from kuzk_prover import inputs as inputs_module
 from kuzk_prover.alive import Pulse
 from kuzk_prover.core.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.core.commitment import SelfCheckFailed
 from kuzk_prover.core.prover import Result, prove
-from kuzk_prover.inputs import InputError, PodIdentity, ProofInput
+from kuzk_prover.inputs import (
+    InputError,
+    PodIdentity,
+    ProofInput,
+    add_arguments,
+    from_arguments,
+    from_env,
+)
 from kuzk_prover.outage import OUTAGE_BUDGET_S
 from kuzk_prover.probes import Unanswerable, answering
 from kuzk_prover.reporter import ProverReporter, for_partition_pod
@@ -80,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         help="text or json (contract.logs); default: KUZK_LOG_FORMAT, which the operator sets to"
         " its own, else text",
     )
-    inputs_module.add_arguments(parser)
+    add_arguments(parser)
     return parser
 
 
@@ -195,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.local:
             try:
-                proof = inputs_module.from_arguments(args)
+                proof = from_arguments(args)
             except InputError as exc:
                 return _fail(None, INVALID_INPUT_EXIT_CODE, f"invalid input: {exc}")
             logs.set_context(partition=proof.partition)
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(path, INVALID_INPUT_EXIT_CODE,
                          "invalid input: partition flags need --local")
         try:
-            pod = inputs_module.from_env(env)
+            pod = from_env(env)
         except InputError as exc:
             return _fail(path, INVALID_INPUT_EXIT_CODE, f"invalid input: {exc}")
         if pod.real:

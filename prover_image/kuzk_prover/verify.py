@@ -16,9 +16,8 @@ import sys
 
 import numpy as np
 
-from kuzk_prover import inputs as inputs_module
 from kuzk_prover.core.prover import prove
-from kuzk_prover.inputs import InputError, ProofInput
+from kuzk_prover.inputs import InputError, ProofInput, add_arguments, from_arguments
 
 
 def recompute(inputs: ProofInput) -> str:
@@ -33,11 +32,11 @@ def verify(inputs: ProofInput, commitment: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kuzk_prover.verify", description=__doc__)
-    inputs_module.add_arguments(parser)
+    add_arguments(parser)
     parser.add_argument("--commitment", required=True, help="the reported commitment")
     args = parser.parse_args(argv)
     try:
-        proof = inputs_module.from_arguments(args)
+        proof = from_arguments(args)
     except InputError as exc:
         print(f"kuzk-verify: invalid input: {exc}", file=sys.stderr)
         return 2
