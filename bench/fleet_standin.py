@@ -423,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--work needs 0 < MIN <= MAX, --in-flight positive")
     configuration = client.Configuration()
     config.load_kube_config(args.kubeconfig, client_configuration=configuration)
-    configuration.connection_pool_maxsize = 64
+    # A connection per write in flight (and the acquires waiting on their watches), as
+    # each prover of a real fleet has its own.
+    configuration.connection_pool_maxsize = max(64, args.in_flight)
     api = CountingClient(configuration)
     api.stats = Stats()
     api.in_flight = threading.BoundedSemaphore(args.in_flight)
