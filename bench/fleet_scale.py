@@ -71,7 +71,7 @@ requests per attempt by verb, LISTs per sync (a sync is one pass of
 ``reconcile``, counted by ``bench/counted_operator.py``) and its peak RSS.
 
     .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
-        [--rounds 1] [--job-first] [--in-flight 8] [--json out]
+        [--rounds 1] [--job-first] [--in-flight N] [--json out]
 
 Needs the control-plane binaries (``bash testenv/build``). Wall-clock figures move with
 the machine's load, printed with them; the counts per attempt are the point.
@@ -339,9 +339,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of both systems, each round's order the reverse of the one "
                              "before; figures are the medians of the rounds' (default 1)")
-    parser.add_argument("--in-flight", type=int, default=8,
+    parser.add_argument("--in-flight", type=int, default=None,
                         help="the stand-in's WorkerStatus writes in flight at most, for every "
-                             "pod it serves (default 8)")
+                             "pod it serves (default: no limit, each pod its own writer)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
@@ -470,8 +470,8 @@ class Bench:
         self.standin = self.stack.enter_context(process(
             [sys.executable, str(ROOT / "bench" / "fleet_standin.py"), "--kubeconfig",
              str(self.kubeconfigs[PROVER_SA]), "--work",
-             *map(str, args.work), "--in-flight", str(args.in_flight),
-             "--bare-namespace", JOB_NS],
+             *map(str, args.work), "--bare-namespace", JOB_NS,
+             *(["--in-flight", str(args.in_flight)] if args.in_flight else [])],
             cluster.env(), self.logs / "standin.log", stdout=subprocess.PIPE))
         assert self.standin.stdout is not None
         first = self.standin.stdout.readline().decode().split()
@@ -652,7 +652,7 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds, args.in_flight) < 1
+    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds, args.in_flight or 1) < 1
             or not 0 < args.work[0] <= args.work[1]):
         parser.error("--nodes, --gpus, --lanes, --jobs, --rounds and --in-flight must be at "
                      "least 1; --work needs 0 < MIN <= MAX")
@@ -664,12 +664,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(time-slicing replicas), {args.jobs} jobs per system ({partitions} partitions), "
           f"kinds {', '.join(KINDS)} in turn; kuzk from {Path(kuzk.__file__).parent}; load "
           f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+    writers = (f"at most {args.in_flight} of its WorkerStatus writes in flight"
+               if args.in_flight else "each pod its own writer")
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod: a "
           f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, leave: "
-          f"writes only when its lane moves; at most {args.in_flight} of its "
-          f"WorkerStatus writes in flight), a Job's with work only (its GPU part in its GPU's "
-          f"turn); each partition works "
-          f"{args.work[0]:g}-{args.work[1]:g} s.", flush=True)
+          f"writes only when its lane moves; {writers}), a Job's with work only (its GPU "
+          f"part in its GPU's turn); each partition works {args.work[0]:g}-{args.work[1]:g} s.",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:
         logs = args.log_dir or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
