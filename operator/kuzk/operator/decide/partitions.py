@@ -24,6 +24,7 @@ from kuzk.contract.api import (
     STATES,
     TERMINAL_STATES,
 )
+from kuzk.operator.decide import ranges
 from kuzk.operator.decide.actions import Event, partition_event
 from kuzk.operator.decide.observe import Claim, Outcome, observe
 from kuzk.operator.decide.policies.refused import POD_REFUSED, Backoff, after_invalid_input
@@ -169,6 +170,22 @@ def advance(
     return events
 
 
+def done_event(done: list[Partition]) -> list[Event]:
+    """The PartitionDone Event of the partitions one sync saw done: one for all of them, as
+    the Kubernetes event recorder aggregates similar events. An Event is an API write, and a
+    job's partitions tend to end together (their pods' ends share a sync, which waits a moment
+    for them)."""
+    if len(done) == 1:
+        (part,) = done
+        text = f"done on node {part.node}"
+        return [partition_event("Normal", "PartitionDone", part.index, part.attempt, text)]
+    if not done:
+        return []
+    nodes = ", ".join(sorted({part.node or "unknown" for part in done}))
+    indexes = ranges.compress(part.index for part in done)
+    return [Event("Normal", "PartitionDone", f"partitions {indexes} done on {nodes}")]
+
+
 def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> list[Event]:
     part.node = outcome.node or part.node
     part.worker = outcome.worker or part.worker
@@ -182,11 +199,11 @@ def _apply(part: Partition, outcome: Outcome, backoff_limit: int, now: str) -> l
         part.state = COMMITTING if state == GPU and outcome.state != GPU else state
         return []
     if outcome.kind == "done":
+        # Its Event is the sync's, one for every partition it saw done (``done_event``).
         part.state, part.commitment, part.proof = DONE, outcome.commitment, outcome.proof
         part.synth_ms, part.gpu_ms = outcome.synth_ms, outcome.gpu_ms
         part.finished_at = outcome.finished_at or now
-        text = f"done on node {part.node}"
-        return [partition_event("Normal", "PartitionDone", part.index, part.attempt, text)]
+        return []
     message = outcome.message or outcome.kind
     part.finished_at = outcome.finished_at or now
     verdict: Retry | GiveUp

@@ -35,7 +35,7 @@ from kuzk.operator.decide.observe import (
     release_action,
     worker_claims,
 )
-from kuzk.operator.decide.partitions import FAILED_JOB, Partition, advance
+from kuzk.operator.decide.partitions import FAILED_JOB, Partition, advance, done_event
 from kuzk.operator.decide.pods import PodSettings, pod_manifest
 from kuzk.operator.decide.policies import deadline, suspend, ttl
 from kuzk.operator.decide.policies.refused import (
@@ -146,14 +146,18 @@ def _advance_all(
 ) -> list[Event]:
     claims = worker_claims(workers)
     events: list[Event] = []
+    done: list[Partition] = []
     for part in parts:
         attempts = by_part.get(part.index, {})
+        was_done = part.state == DONE
         events += advance(part, attempts, claims, spec.backoff_limit_per_partition, stamp,
                           real=spec.filecoin is not None)
+        if part.state == DONE and not was_done:
+            done.append(part)
         if part.state in STARTED_STATES and part.attempt not in attempts:
             # Seen running before, gone now without an outcome: its end was never observed.
             events += part.follow(after_disruption(part.index, part.attempt, VANISHED), stamp)
-    return events
+    return [*events, *done_event(done)]
 
 
 def _stop_partitions(
