@@ -385,7 +385,7 @@ class Bench:
         self._start_control_plane()
         self._start_fleet()
         self.operator: subprocess.Popen[bytes] | None = None
-        self.operator_log = logs / "operator-1.log"
+        self.operator_log: Path  # the log of the operator started last
         self.starts = 0
         self.start_operator()
         # What each WorkerStatus write moved, seen by a watch of them all run long.
@@ -471,7 +471,7 @@ class Bench:
             [sys.executable, str(ROOT / "bench" / "fleet_standin.py"), "--kubeconfig",
              str(self.kubeconfigs[PROVER_SA]), "--work",
              *map(str, args.work), "--bare-namespace", JOB_NS,
-             *(["--in-flight", str(args.in_flight)] if args.in_flight else [])],
+             *([] if args.in_flight is None else ["--in-flight", str(args.in_flight)])],
             cluster.env(), self.logs / "standin.log", stdout=subprocess.PIPE))
         assert self.standin.stdout is not None
         first = self.standin.stdout.readline().decode().split()
@@ -652,7 +652,8 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds, args.in_flight or 1) < 1
+    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds) < 1
+            or (args.in_flight is not None and args.in_flight < 1)
             or not 0 < args.work[0] <= args.work[1]):
         parser.error("--nodes, --gpus, --lanes, --jobs, --rounds and --in-flight must be at "
                      "least 1; --work needs 0 < MIN <= MAX")
@@ -665,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
           f"kinds {', '.join(KINDS)} in turn; kuzk from {Path(kuzk.__file__).parent}; load "
           f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     writers = (f"at most {args.in_flight} of its WorkerStatus writes in flight"
-               if args.in_flight else "each pod its own writer")
+               if args.in_flight is not None else "each pod its own writer")
     print(f"stand-in prover: NOT a real proof. One process serves every partition pod: a "
           f"ProofJob's through kuzk_prover.reporter (join, stages, the GPU phase, leave: "
           f"writes only when its lane moves; {writers}), a Job's with work only (its GPU "

@@ -58,6 +58,7 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api
+from kuzk.contract.gpu import Gpu
 from kuzk.contract.pod import ALIVE_PORT
 from kuzk.contract.workerstatus import decisions, writes
 from kuzk.contract.workerstatus.decisions import Assignment
@@ -143,11 +144,10 @@ class Reporter(ProverReporter):
         fleet do, each on its own connection. With it, at most that many writes at a time,
         each holding its slot from its GET to its last PUT (a limit per request would queue
         a write's PUT behind other writes after its GET, and the node's other provers would
-        overwrite what it read). A limit makes the lanes wait in the stand-in's queue: at
-        16 x 8 x 3 with 8 slots a join waited 13 s at the median, 47 s at p99, and the pods'
-        longer lives cost the kubelets and the operator more per attempt. The acquire of
-        the GPU phase takes no slot: it waits on a watch while another lane holds the GPU,
-        and waiting lanes holding every slot would keep the holders from their release."""
+        overwrite what it read); the lanes then wait in the stand-in's queue, not kuzk's. The
+        acquire of the GPU phase takes no slot: it waits on a watch while another lane holds
+        the GPU, and waiting lanes holding every slot would keep the holders from their
+        release."""
         slots = self.api.in_flight
         if what == "acquire" or slots is None:
             return super()._persist(what, write, **kwargs)
@@ -168,7 +168,7 @@ class Reporter(ProverReporter):
 
         super()._write(what, counted)
 
-    def join(self, device: decisions.Gpu | None = None, *, wait_s: float = 30.0) -> str:
+    def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
         self.stats.add("claim")
         try:
             return str(self.stats.timed("claim", lambda: super(Reporter, self).join(
@@ -423,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bare-namespace", action="append", default=[], metavar="NS",
                         help="pods of this namespace only work, with no lane (repeatable)")
     args = parser.parse_args(argv)
-    if not 0 < args.work[0] <= args.work[1] or (args.in_flight or 1) < 1:
+    if not 0 < args.work[0] <= args.work[1] or (args.in_flight is not None
+                                                 and args.in_flight < 1):
         parser.error("--work needs 0 < MIN <= MAX, --in-flight positive")
     configuration = client.Configuration()
     config.load_kube_config(args.kubeconfig, client_configuration=configuration)
@@ -432,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     configuration.connection_pool_maxsize = max(64, args.in_flight or MAX_CONNECTIONS)
     api = CountingClient(configuration)
     api.stats = Stats()
-    api.in_flight = threading.BoundedSemaphore(args.in_flight) if args.in_flight else None
+    api.in_flight = (None if args.in_flight is None
+                     else threading.BoundedSemaphore(args.in_flight))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kuzk_prover.reporter").addHandler(ReleaseGaveUp(api.stats))
     with Server(api, tuple(args.work), frozenset(args.bare_namespace)) as server:
