@@ -151,8 +151,9 @@ def advance(
     *,
     real: bool = False,
 ) -> list[Event]:
-    """Fold the partition's pods (by attempt) into its entry; return the transitions' events.
-    A ``real`` proof's partition is done only with its proof bytes."""
+    """Fold the partition's pods (by attempt) into its entry; return the transitions' events
+    (its end's is the sync's, ``done_event``). A ``real`` proof's partition is done only with
+    its proof bytes."""
     events: list[Event] = []
     for attempt in sorted(a for a in pods if a >= part.attempt):
         if part.terminal:
@@ -175,12 +176,12 @@ def done_event(done: list[Partition]) -> list[Event]:
     the Kubernetes event recorder aggregates similar events. An Event is an API write, and a
     job's partitions tend to end together (their pods' ends share a sync, which waits a moment
     for them)."""
+    if not done:
+        return []
     if len(done) == 1:
         (part,) = done
         text = f"done on node {part.node}"
         return [partition_event("Normal", "PartitionDone", part.index, part.attempt, text)]
-    if not done:
-        return []
     nodes = ", ".join(sorted({part.node or "unknown" for part in done}))
     indexes = ranges.compress(part.index for part in done)
     return [Event("Normal", "PartitionDone", f"partitions {indexes} done on {nodes}")]
