@@ -249,7 +249,10 @@ def _proofjob_status() -> dict[str, Any]:
             "state": string(
                 "pending (no pod, or not scheduled), scheduled, synthesizing, synth_done, gpu"
                 " (its lane holds its GPU's GPU phase), committing (the CPU work after the GPU"
-                " phase, the GPU given up), done or failed.",
+                " phase, the GPU given up), done or failed. done and failed are written at"
+                " once; a live attempt's stage, node, worker and startedAt may trail its pod"
+                " and its lane in the WorkerStatus (which the status server shows) by up to"
+                " 30 s.",
                 enum=list(STATES),
             ),
             "attempt": integer(

@@ -59,17 +59,22 @@ BATCH_SECONDS = 1.0
 
 
 def changed_jobs(old: Mapping[str, LaneView], new: Mapping[str, LaneView]) -> set[JobKey]:
-    """The jobs whose lanes' worker or shown state differ between two views of a WorkerStatus
-    (``lanes.lane_views``)."""
+    """The jobs with a lane that came, went or moved between two views of a WorkerStatus
+    (``lanes.lane_views``). A lane's new stage alone syncs no job: the job's status takes it
+    with its next write (``controller.STAGE_SECONDS``)."""
     jobs: set[JobKey] = set()
     for pod in old.keys() | new.keys():
         before, after = old.get(pod), new.get(pod)
-        if before == after:
+        if _placed(before) == _placed(after):
             continue
         for view in (before, after):
             if view is not None and view.job_namespace and view.job_name:
                 jobs.add((view.job_namespace, view.job_name))
     return jobs
+
+
+def _placed(view: LaneView | None) -> tuple[str, str, str, str] | None:
+    return None if view is None else (view.node, view.worker, view.job_namespace, view.job_name)
 
 
 @dataclass
@@ -172,6 +177,7 @@ class Runtime:
                 self.queue.kick(("job", namespace, name))
             return
         self._forget_job(namespace, name)
+        self.controller.forget_job(uid)
         if body is not None and self.folds is not None:
             self.folds.add(uid, ledger.proofjob_tally(body))
         # A ProofJob deleted with any propagation policy: its pods are settled as orphans.

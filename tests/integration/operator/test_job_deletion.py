@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from kuzk.contract import api
+from kuzk.contract.workerstatus.lanes import lane_states
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import (
@@ -43,8 +44,13 @@ def _stale(cluster: Cluster, nodes: set[str]) -> int:
 
 
 def _states(cluster: Cluster, namespace: str) -> list[str]:
+    """The job's partitions as they are now: as its status says, a live one as its lane shows
+    it (the status takes a lane's stage with its next write)."""
+    lanes = lane_states(_worker_statuses(cluster))
     job = get_job(cluster, namespace, NAME) or {}
-    return [p["state"] for p in (job.get("status") or {}).get("partitions") or []]
+    return [p["state"] if p["state"] in api.TERMINAL_STATES
+            else lanes.get((namespace, NAME, p["index"], p["attempt"]), p["state"])
+            for p in (job.get("status") or {}).get("partitions") or []]
 
 
 def _every_state(cluster: Cluster, namespace: str, plan: Plan, nodes: set[str]) -> None:

@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from kuzk.contract import api
 from kuzk.contract.workerstatus import worker_status_name
+from kuzk.operator.controller import RESYNC_SECONDS, STAGE_SECONDS
 from kuzk.operator.runtime import SWEEP_SECONDS
 from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
@@ -260,11 +261,15 @@ def _pid_of(kubelet: ProcessKubelet, pod_uid: str) -> int | None:
 
 
 def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespace: str,
-                                                       nodes, run_operator) -> None:
+                                                       nodes, run_operator,
+                                                       tmp_path: Path) -> None:
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
     name = worker_status_name(node, kubelet.nodes[node].gpu_uuids()[0])
-    run_operator(*REAL_PROVER)
+    # The first attempt's prover waits, alive, in its GPU phase until the test kills it.
+    gates = Gates(tmp_path / "gates")
+    gates.set(**{"crash-p0-a1": ["gpu"]})
+    run_operator(*gates.command())
     custom = client.CustomObjectsApi(cluster.api)
 
     def worker() -> dict[str, Any] | None:
@@ -292,17 +297,17 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
     assert first["holder"]["pod"]["uid"] == first["pod"]["uid"]
     pid = _pid_of(kubelet, first["pod"]["uid"])
     assert pid is not None
-    # Stopped where it was seen (its GPU phase, or the commitment just after it), so that a
-    # slow operator's status catches up with it rather than with its end.
-    os.killpg(pid, signal.SIGSTOP)
 
     def partition_entry() -> dict[str, Any]:
         job = get_job(cluster, namespace, "crash") or {}
         return ((job.get("status") or {}).get("partitions") or [{}])[0]
 
-    # The job shows the partition in gpu, or already committing after its GPU phase.
-    live = wait_for(lambda: (p := partition_entry()).get("state") in ("gpu", "committing")
-                    and p, 30, "the job's partition shown in stage gpu", interval=0.05)
+    # The job shows the partition in gpu: the stage comes with the job's next status write,
+    # at the latest the first sync STAGE_SECONDS after its last one (unfinished jobs sync
+    # every RESYNC_SECONDS).
+    live = wait_for(lambda: (p := partition_entry()).get("state") == "gpu" and p,
+                    STAGE_SECONDS + RESYNC_SECONDS + 15, "the job's partition shown in gpu",
+                    interval=0.05)
     assert live["worker"] == first["id"]
     assert live["node"] == node
     os.killpg(pid, signal.SIGKILL)

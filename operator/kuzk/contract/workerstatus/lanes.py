@@ -6,7 +6,7 @@ partitions are decided and woken from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,12 +79,28 @@ def lane_views(worker_status: Mapping[str, Any] | None) -> dict[str, LaneView]:
     }
 
 
+# A lane's job namespace and name, partition and attempt.
+LaneKey = tuple[str, str, int, int]
+
+
+def lane_states(worker_statuses: Iterable[Mapping[str, Any]]) -> dict[LaneKey, str]:
+    """The partition state each lane of ``worker_statuses`` shows (``PARTITION_STATE``), by
+    its job, partition and attempt: what a job's live partitions are doing now, which the
+    job's own status may trail (the operator writes their progress coalesced)."""
+    return {(lane.job.namespace, lane.job.name, lane.partition, lane.attempt):
+            PARTITION_STATE[lane.stage]
+            for ws in worker_statuses
+            for worker in parse(ws.get("status")).workers for lane in worker.lanes}
+
+
 __all__ = [
     "ACQUIRE_STAGE",
     "PARTITION_STATE",
     "PRIORITY_CLASSES",
     "REPORTED_STAGES",
+    "LaneKey",
     "LaneView",
     "lane_priority",
+    "lane_states",
     "lane_views",
 ]

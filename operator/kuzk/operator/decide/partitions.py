@@ -55,6 +55,11 @@ _ATTEMPT_FIELDS = (
     "refusals",
     "refused_at",
 )
+# What a live attempt's entry says of its progress: its stage, node, GPU worker and start. The
+# pod and the lane's WorkerStatus say each of these first and at once (the status server and
+# the dashboard show them from there); the job's status may trail them
+# (``kuzk.operator.controller.STAGE_SECONDS``), so that a lane's every stage is not a write.
+PROGRESS_KEYS = frozenset({"state", "node", "worker", "startedAt"})
 _STATUS_KEYS = {
     "synth_ms": "synthMs",
     "gpu_ms": "gpuMs",
@@ -169,6 +174,27 @@ def advance(
             outcome = replace(outcome, kind="failed", message=NO_PROOF)
         events += _apply(part, outcome, backoff_limit, now)
     return events
+
+
+def progress_only(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether job status ``after`` differs from ``before`` only in the progress of attempts
+    live in both (``PROGRESS_KEYS``): nothing ended, failed, retried or was created, and no
+    count, phase or condition changed."""
+    old, new = before.get("partitions") or [], after.get("partitions") or []
+    if len(old) != len(new) or _without(before, {"partitions"}) != _without(after, {"partitions"}):
+        return False
+    for was, now in zip(old, new, strict=True):
+        if was == now:
+            continue
+        live = (was.get("state") not in TERMINAL_STATES and now.get("state") not in TERMINAL_STATES
+                and was.get("attempt") == now.get("attempt"))
+        if not live or _without(was, PROGRESS_KEYS) != _without(now, PROGRESS_KEYS):
+            return False
+    return True
+
+
+def _without(entry: Mapping[str, Any], keys: frozenset[str] | set[str]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key not in keys}
 
 
 def done_event(done: list[Partition]) -> list[Event]:
