@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api, workerstatus
+from kuzk.contract.workerstatus.lanes import LaneKey, lane_states
 from testenv import filecoin
 from testenv.binaries import MissingBinaryError
 from testenv.cluster import Cluster
@@ -100,22 +101,33 @@ def _get(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str
         raise
 
 
-def job_line(job: dict[str, Any], width: int = 16) -> str:
-    """``snap-update-5678  snap-update   [####GGyy........]  4/16 Running``"""
-    st = job.get("status") or {}
+def job_line(job: dict[str, Any], lanes: Mapping[LaneKey, str] | None = None,
+             width: int = 16) -> str:
+    """``snap-update-5678  snap-update   [####GGyy........]  4/16 Running``: each partition
+    in the state of its attempt's lane where ``lanes`` (``lane_states``) has one, as the
+    status server shows it, else as the job's status says."""
+    st, meta = job.get("status") or {}, job["metadata"]
     parts = sorted(st.get("partitions") or [], key=lambda p: p["index"])
-    grid = "".join(SYMBOL.get(p.get("state", "pending"), "?") for p in parts)
+    grid = "".join(SYMBOL.get(_shown(meta, p, lanes or {}), "?") for p in parts)
     total = st.get("partitionCount") or len(parts) or "?"
-    return (f"{job['metadata']['name']:<20} {job['spec']['proofKind']:<13} "
+    return (f"{meta['name']:<20} {job['spec']['proofKind']:<13} "
             f"[{grid:<{width}}] {st.get('succeeded', 0):>2}/{total:<2} "
             f"{st.get('phase', 'Pending')}")
 
 
-def worker_lines(custom: client.CustomObjectsApi) -> list[str]:
+def _shown(meta: Mapping[str, Any], part: Mapping[str, Any],
+           lanes: Mapping[LaneKey, str]) -> str:
+    state = str(part.get("state", api.PENDING))
+    if state in api.TERMINAL_STATES:
+        return state
+    key = (meta.get("namespace", ""), meta["name"], part["index"], part.get("attempt", 1))
+    return lanes.get(key, state)
+
+
+def worker_lines(worker_statuses: list[dict[str, Any]]) -> list[str]:
     """One line per GPU: who holds its GPU phase, and what its other lanes are doing."""
     out = []
-    items = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.WORKERSTATUS_PLURAL)
-    for ws in sorted(items["items"], key=lambda w: w["metadata"]["name"]):
+    for ws in sorted(worker_statuses, key=lambda w: w["metadata"]["name"]):
         for w in workerstatus.parse(ws.get("status")).workers:
             lanes = " ".join(
                 f"{lane.job.name} P{lane.partition} {lane.stage}" for lane in w.lanes
@@ -156,14 +168,16 @@ def follow(custom: client.CustomObjectsApi, namespace: str, names: list[str],
     while not stop.is_set():
         try:
             got = {n: _get(custom, namespace, n) for n in names}
-            workers = worker_lines(custom)
+            gpus = custom.list_cluster_custom_object(api.GROUP, api.VERSION,
+                                                     api.WORKERSTATUS_PLURAL)["items"]
         except (ApiException, HTTPError) as e:
             screen.show([*screen.shown[:-1], f"(API unreachable: {e}; retrying)"])
             stop.wait(1)
             continue
         jobs = {n: j for n, j in got.items() if j is not None}
-        lines = [job_line(j) for j in jobs.values()]
-        screen.show([*lines, "GPU workers:", *workers])
+        lanes = lane_states(gpus)
+        lines = [job_line(j, lanes) for j in jobs.values()]
+        screen.show([*lines, "GPU workers:", *worker_lines(gpus)])
         phases = [(j.get("status") or {}).get("phase") for j in jobs.values()]
         if len(jobs) == len(names) and all(p in FINISHED for p in phases):
             elapsed = time.monotonic() - start
