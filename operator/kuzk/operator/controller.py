@@ -89,9 +89,10 @@ class Controller:
     post_event: Poster
     ledger: LedgerStore | None = None
     clock: Clock = SYSTEM
+    namespaces: tuple[str, ...] = ()  # those the operator handles (none: all), for the sweep
 
     def __post_init__(self) -> None:
-        self.reclaimer = Reclaimer(self.api_client, self.clock)
+        self.reclaimer = Reclaimer(self.api_client, self.clock, self.namespaces)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
         self._pool = ThreadPoolExecutor(max_workers=POD_CALLS_IN_FLIGHT,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -44,11 +44,15 @@ def as_body(response: Any) -> Body:
 
 
 class Reclaimer:
-    """The finalizer release, orphaned pods and the WorkerStatus sweep, over one API client."""
+    """The finalizer release, orphaned pods and the WorkerStatus sweep, over one API client.
+    ``namespaces`` are those the operator handles (empty: every one): its sweep touches only
+    the lanes of their jobs, since its cache holds only their pods (one of several shards)."""
 
-    def __init__(self, api_client: client.ApiClient, clock: Clock = SYSTEM) -> None:
+    def __init__(self, api_client: client.ApiClient, clock: Clock = SYSTEM,
+                 namespaces: Collection[str] = ()) -> None:
         self.api_client = api_client
         self.clock = clock
+        self.namespaces = frozenset(namespaces)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
@@ -187,15 +191,17 @@ class Reclaimer:
 
         ``live`` maps the UIDs of kuzk's pods on its node to ``observe.sweep_outcome``,
         ``not_live`` those of running pods that are not live to since when (both from the
-        cache); the guarded write is made only when the cached WorkerStatus shows
-        something to change."""
+        cache, so only of this operator's namespaces: the lanes of other namespaces' jobs
+        are left to the operator of theirs); the guarded write is made only when the cached
+        WorkerStatus shows something to change."""
         now = self.clock.now()
         cached = worker_status or {}
         released = []
-        decided = decisions.decide_sweep(cached.get("status") or {}, live, now, not_live)
+        decided = decisions.decide_sweep(cached.get("status") or {}, live, now, not_live,
+                                         self.namespaces)
         if decided.status is not None:
             released = writes.sweep(self.api_client, name, live, now, not_live,
-                                     clock=self.clock)
+                                     scope=self.namespaces, clock=self.clock)
             for item in released:
                 log.info("sweep released %s on %s", item, name)
         elif writes.retire_legacy(self.api_client, cached):

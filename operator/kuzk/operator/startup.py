@@ -158,7 +158,8 @@ def start(memo: kopf.Memo, jobs: Any) -> None:
     store = (LedgerStore(api_client, *options.ledger, caches.uids, clock) if options.ledger
              else None)
     controller = Controller(api_client, options.settings,
-                            EventRecorder(api_client, instance, clock), store, clock)
+                            EventRecorder(api_client, instance, clock), store, clock,
+                            options.namespaces)
     runtime = Runtime(controller, caches, FoldQueue(store) if store else None, metrics)
     runtime.hold(jobs=True)
     memo["runtime"] = runtime

@@ -43,7 +43,7 @@ Choices the callers rely on:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -340,11 +340,19 @@ def decide_leave(
     return decide_release(status, assignment, outcome, now)
 
 
+def in_scope(lane: Lane, scope: Collection[str]) -> bool:
+    """Whether an operator handling the namespaces ``scope`` (empty: every namespace) is the
+    one to sweep ``lane``: its job's namespace is one of them. A lane's job namespace is its
+    pod's, so exactly one of several operators with disjoint namespaces sweeps each lane."""
+    return not scope or lane.job.namespace in scope
+
+
 def decide_sweep(
     status: Mapping[str, Any],
     live_pods: Mapping[str, WorkerOutcome | None],
     now: datetime,
     not_live: Mapping[str, datetime] | None = None,
+    scope: Collection[str] = (),
 ) -> WriteDecision[list[Released]]:
     """Remove the lanes whose pod is gone ("lost") or ended without its finalizer release in
     charge, and mark whether each remaining lane's pod is live. ``live_pods`` maps the UID of
@@ -354,7 +362,10 @@ def decide_sweep(
     too). ``not_live`` maps the UID of each running pod that is not live to since when
     (``api.pod_not_live_since``): its lane gets ``notLiveSince``, a lane whose pod is live
     again loses it. A lane removed while it held the GPU phase is remembered
-    (``previousPodUIDs``)."""
+    (``previousPodUIDs``). ``scope`` names the namespaces the sweeping operator handles
+    (empty: every one): a lane whose job is in another is left as it is, neither marked nor
+    released, since that operator knows none of its pods and would read it as lost
+    (``in_scope``)."""
     model = parse(status, now)
     not_live = not_live or {}
     # First the marks, then the removals; the write accounts the time up to now by the mode
@@ -362,6 +373,8 @@ def decide_sweep(
     after, marked = model, []
     for worker in model.workers:
         for lane in worker.lanes:
+            if not in_scope(lane, scope):
+                continue
             mark = not_live.get(lane.pod.uid)
             if live_pods.get(lane.pod.uid, "lost") is None and (
                     (mark is None) != (lane.not_live_since is None)):
@@ -373,6 +386,8 @@ def decide_sweep(
     released: list[Released] = []
     for worker in list(after.workers):
         for lane in worker.lanes:
+            if not in_scope(lane, scope):
+                continue
             uid = lane.pod.uid
             outcome: WorkerOutcome | None = live_pods.get(uid, "lost")
             if outcome is None:

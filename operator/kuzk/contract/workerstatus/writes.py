@@ -20,7 +20,7 @@ nothing to do, so a pod's finalizer never sticks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -332,14 +332,16 @@ def sweep(
     now: datetime,
     not_live: Mapping[str, datetime] | None = None,
     *,
+    scope: Collection[str] = (),
     clock: Clock = SYSTEM,
 ) -> list[Released]:
     """Remove (guarded) the lanes of WorkerStatus ``name`` as ``decide_sweep`` says (those
     whose pod is gone, or ended without its finalizer in charge), and mark the lanes whose
-    pod is not live."""
+    pod is not live; only the lanes of jobs in ``scope``'s namespaces (empty: all)."""
     try:
         return guarded_write(
-            api, name, lambda s: decisions.decide_sweep(s, live_pods, now, not_live), clock=clock,
+            api, name, lambda s: decisions.decide_sweep(s, live_pods, now, not_live, scope),
+            clock=clock,
         )
     except WorkerStatusMissing:
         return []
