@@ -93,9 +93,71 @@ gives way. Call with (list $ "operator"). */}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The operator's shards, as a JSON list of {name, suffix, peering, namespaces}: each one
+operator Deployment (suffix: its objects' name after the fullname) with its own Kopf peering,
+handling the ProofJobs of its namespaces. Without operator.shards, one unnamed shard over
+operator.watchNamespaces (empty: every namespace), named as before shards existed. Refused
+here: shards beside watchNamespaces, a shard name twice, a namespace in two shards, and a
+prover namespace no shard handles (its ProofJobs would be nobody's). */}}
+{{- define "kuzk.shards" -}}
+{{- $o := .Values.operator }}
+{{- $fullname := include "kuzk.fullname" . }}
+{{- if not $o.shards }}
+{{- toJson (list (dict "name" "" "suffix" "operator" "peering" $fullname
+    "namespaces" $o.watchNamespaces)) }}
+{{- else }}
+{{- if $o.watchNamespaces }}
+{{- fail "operator.shards and operator.watchNamespaces are both set: with shards, name each shard's namespaces in operator.shards[].namespaces and leave watchNamespaces empty" }}
+{{- end }}
+{{- $out := list }}
+{{- $owner := dict }}
+{{- range $o.shards }}
+{{- $shard := . }}
+{{- if hasKey $owner (printf "shard:%s" $shard.name) }}
+{{- fail (printf "operator.shards: the name %q is given to two shards; each shard needs a name of its own" $shard.name) }}
+{{- end }}
+{{- $_ := set $owner (printf "shard:%s" $shard.name) $shard.name }}
+{{- range $ns := $shard.namespaces }}
+{{- with get $owner (printf "ns:%s" $ns) }}
+{{- fail (printf "operator.shards: namespace %q is in shards %q and %q; a namespace belongs to one shard, or two operators would handle its ProofJobs" $ns . $shard.name) }}
+{{- end }}
+{{- $_ := set $owner (printf "ns:%s" $ns) $shard.name }}
+{{- end }}
+{{- $out = append $out (dict "name" $shard.name "suffix" (printf "operator-%s" $shard.name)
+    "peering" (printf "%s-%s" $fullname $shard.name) "namespaces" $shard.namespaces) }}
+{{- end }}
+{{- range .Values.prover.namespaces }}
+{{- if not (hasKey $owner (printf "ns:%s" .)) }}
+{{- fail (printf "prover.namespaces: namespace %q is in no operator shard, so its ProofJobs would be handled by none; add it to one of operator.shards[].namespaces" .) }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces the release's operators handle, every shard's (a JSON list; empty: every
+namespace): the status server reads them, the uninstall hook releases them, the admission
+policy guards them. */}}
+{{- define "kuzk.watchNamespaces" -}}
+{{- $ns := list }}
+{{- range include "kuzk.shards" . | fromJsonArray }}
+{{- $ns = concat $ns .namespaces }}
+{{- end }}
+{{- toJson $ns }}
+{{- end }}
+
+{{/* A shard's selector labels: the operator's, and for a named shard its name (call with
+(list $ shard)); the unnamed one keeps the operator's alone, as before shards existed. */}}
+{{- define "kuzk.shardSelectorLabels" -}}
+{{ include "kuzk.selectorLabels" (index . 0) }}
+{{- with (index . 1).name }}
+kuzk.io/shard: {{ . | quote }}
+{{- end }}
+{{- end }}
+
 {{/* Namespaces that run partition pods. */}}
 {{- define "kuzk.proverNamespaces" -}}
-{{- $ns := .Values.prover.namespaces | default .Values.operator.watchNamespaces -}}
+{{- $ns := .Values.prover.namespaces | default (include "kuzk.watchNamespaces" . | fromJsonArray) -}}
 {{- if not $ns }}{{- $ns = list .Release.Namespace }}{{- end -}}
 {{ toJson $ns }}
 {{- end }}
