@@ -120,9 +120,14 @@ def run_operator(prover_account: Cluster, namespace: str, plan: Plan,
     cluster = prover_account
     started: list[OperatorProcess] = []
 
-    def start(*extra: str, standalone: bool = True, namespaced: bool = True) -> OperatorProcess:
+    def start(*extra: str, standalone: bool = True, namespaced: bool = True,
+              scope_to: str | None = None, env: dict[str, str] | None = None
+              ) -> OperatorProcess:
+        """``scope_to``: the namespace it handles, if not the test's; ``env``: added to the
+        cluster's (a KUBECONFIG of another identity, say)."""
         log = tmp_path / f"operator-{len(started)}.log"
-        scope = ["--namespace", namespace] if namespaced else ["--all-namespaces"]
+        scope = (["--namespace", scope_to or namespace] if namespaced
+                 else ["--all-namespaces"])
         argv = [
             sys.executable, "-m", "kuzk.cli", "operator", *scope,
             "--prover-command", json.dumps(standin_command(plan)),
@@ -130,8 +135,8 @@ def run_operator(prover_account: Cluster, namespace: str, plan: Plan,
             *(["--standalone"] if standalone else []), *extra,
         ]
         with log.open("wb") as out:
-            proc = subprocess.Popen(argv, env=cluster.env(), stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(argv, env={**cluster.env(), **(env or {})}, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         op = OperatorProcess(proc, log)
         started.append(op)
         return op
