@@ -54,6 +54,11 @@ class Phase:
     outcomes: dict[str, tuple[int, int, str]] = field(default_factory=dict)
     probe_kills: int = 0
     relists: int = 0
+    # Each attempt's namespace (by pod UID), and the pods seen for each partition attempt
+    # (job, partition, attempt): more than one is a partition created twice.
+    attempt_namespaces: dict[str, str] = field(default_factory=dict)
+    pods_of_attempt: defaultdict[tuple[str, int, str], set[str]] = field(
+        default_factory=lambda: defaultdict(set))
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -73,8 +78,13 @@ class Phase:
         if kind not in ("ADDED", "MODIFIED"):
             return
         key = self._key(pod)
+        md = pod["metadata"]
         with self.lock:
-            self.attempts.add(pod["metadata"]["uid"])
+            self.attempts.add(md["uid"])
+            self.attempt_namespaces[md["uid"]] = md.get("namespace", "")
+            if key:
+                attempt = (md.get("labels") or {}).get(api.LABEL_ATTEMPT, "")
+                self.pods_of_attempt[(*key, attempt)].add(md["uid"])
             if key and (pod.get("status") or {}).get("phase") == "Succeeded":
                 self.succeeded_at.setdefault(key, arrival)
 
@@ -131,7 +141,18 @@ class Phase:
                 "partitions_per_s": total / seconds if seconds > 0 else 0.0,
                 "lag_p50_s": quantile(lags, 0.5), "lag_p90_s": quantile(lags, 0.9),
                 "lag_p99_s": quantile(lags, 0.99), "lag_max_s": lags[-1] if lags else None,
-                "lag_samples": len(lags), "watch_relists": self.relists}
+                "lag_samples": len(lags), "watch_relists": self.relists,
+                "created_twice": self.created_twice()}
+
+    def created_twice(self) -> int:
+        """Partition attempts that more than one pod ran (the Jobs' pods carry no attempt:
+        a Job's retried index counts here too)."""
+        with self.lock:
+            return sum(1 for uids in self.pods_of_attempt.values() if len(uids) > 1)
+
+    def attempts_in(self, namespace: str) -> int:
+        with self.lock:
+            return sum(1 for ns in self.attempt_namespaces.values() if ns == namespace)
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -230,6 +251,40 @@ class Calls:
     @classmethod
     def read(cls, log: Path, start: int, end: int, users: Mapping[str, str],
              admin: str) -> Calls:
+        out = cls()
+        with log.open("rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+        for line in data.splitlines():
+            event = json.loads(line)
+            out.add_event(event, component(event, users, admin))
+        return out
+
+
+@dataclass
+class Writers:
+    """Whose writes changed each ProofJob in one window of the audit log (shards, issue 41):
+    by job ("namespace/name"), the components whose writes to it succeeded, the harness's
+    creates and deletes left out."""
+
+    jobs: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def add_event(self, event: Mapping[str, Any], who: str) -> None:
+        ref = event.get("objectRef") or {}
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        if (event["stage"] == "ResponseComplete" and ref.get("resource") == api.PROOFJOB_PLURAL
+                and str(event["verb"]) in WRITE_VERBS and code < 300 and who != BENCH):
+            self.jobs[f"{ref.get('namespace', '')}/{ref.get('name', '')}"].add(who)
+
+    def crossed(self, shard_of: Mapping[str, str]) -> list[str]:
+        """The jobs some writer other than their namespace's shard (``shard_of``: namespace
+        to the shard's component) wrote: two shards, or a shard not its own."""
+        return sorted(job for job, who in self.jobs.items()
+                      if who != {shard_of.get(job.split("/", 1)[0])})
+
+    @classmethod
+    def read(cls, log: Path, start: int, end: int, users: Mapping[str, str],
+             admin: str) -> Writers:
         out = cls()
         with log.open("rb") as f:
             f.seek(start)

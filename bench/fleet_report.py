@@ -96,6 +96,7 @@ def report(result: Obj) -> None:
     _per_attempt(result)
     _comparisons(result)
     _operator_requests(op)
+    _shards(result)
     _projection(result)
     cpu = result["cpu_s"]
     names = sorted({n for phase in cpu.values() for n in phase})
@@ -257,6 +258,34 @@ def _operator_requests(op: Obj) -> None:
     print(f"operator CPU {op['cpu_s']:.1f} s during the ProofJob phases; peak RSS "
           f"{op['peak_rss_mb']:.0f} MB (goal < {GOALS['rss_mb']:.0f}): "
           f"{_verdict(op['peak_rss_mb'] < GOALS['rss_mb'])}")
+
+
+def _shards(result: Obj) -> None:
+    """Each operator shard's CPU during the ProofJob phases: per attempt of the whole run
+    (beside one operator's figure for the same jobs, the operator CPU per attempt above when
+    one runs alone) and per attempt of its own jobs; whether any ProofJob was written by
+    another than its own shard, and any partition attempt run by two pods."""
+    shards, checks = result["shards"], result["shard_writes"]
+    attempts = max(result["operator"]["attempts"], 1)
+    whole = sum(s["cpu_s"] for s in shards)
+    print(f"\noperator shards: {len(shards)} (each its own process, namespace and identity; "
+          f"{attempts} attempts, all rounds)")
+    print(f"  {'shard':<8} {'namespace':<16} {'attempts':>8} {'CPU s':>7} "
+          f"{'ms/attempt of all':>17} {'ms/own attempt':>14} {'share':>6}")
+    for s in shards:
+        own = 1000 * s["cpu_s"] / s["attempts"] if s["attempts"] else None
+        share = s["cpu_s"] / whole if whole else None
+        print(f"  {s['name'] or '-':<8} {s['namespace']:<16} {s['attempts']:>8} "
+              f"{s['cpu_s']:>7.1f} {1000 * s['cpu_s'] / attempts:>17.1f} "
+              f"{_fmt(own, '.1f'):>14} {_fmt(share):>6}")
+    print(f"  {'all':<8} {'':<16} {attempts:>8} {whole:>7.1f} {1000 * whole / attempts:>17.1f}")
+    crossed = checks["crossed"]
+    print(f"  ProofJobs written, each by one identity (audit log): {checks['jobs_written']}; "
+          f"written by another than their own shard: {len(crossed)} (goal 0): "
+          f"{_verdict(not crossed)}{' ' + ', '.join(crossed[:5]) if crossed else ''}")
+    twice = checks["created_twice"]
+    print(f"  partition attempts run by more than one pod: {twice} (goal 0): "
+          f"{_verdict(twice == 0)}")
 
 
 def _projection(result: Obj) -> None:

@@ -71,7 +71,7 @@ requests per attempt by verb, LISTs per sync (a sync is one pass of
 ``reconcile``, counted by ``bench/counted_operator.py``) and its peak RSS.
 
     .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
-        [--rounds 1] [--job-first] [--in-flight N] [--json out]
+        [--rounds 1] [--job-first] [--in-flight N] [--shards 1] [--json out]
 
 Needs the control-plane binaries (``bash testenv/build``). Wall-clock figures move with
 the machine's load, printed with them; the counts per attempt are the point.
@@ -129,6 +129,7 @@ from fleet_measure import (  # noqa: E402
     Moves,
     Obj,
     Phase,
+    Writers,
     audit_policy,
     cpu_by_process,
     cpu_seconds,
@@ -149,7 +150,7 @@ from fleet_standin import pod_command, stats_of  # noqa: E402
 from follow import Follow, start_all  # noqa: E402
 from twins import indexed_job, proofjob  # noqa: E402
 
-from testenv.cluster import Cluster, chart_objects, install_kuzk  # noqa: E402
+from testenv.cluster import CHART, Cluster, chart_objects, install_kuzk  # noqa: E402
 from testenv.controlplane import ControlPlane, free_port, stop_group  # noqa: E402
 from testenv.waiting import wait_for  # noqa: E402
 
@@ -205,12 +206,22 @@ def bind_kubelet(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
 
 
-def operator_rbac(cluster: Cluster) -> tuple[list[Obj], str]:
-    """The chart's operator ClusterRole and binding for release RELEASE in SYSTEM_NS, and the
-    ServiceAccount the binding names."""
-    objects = chart_objects(cluster, "operator-rbac.yaml", RELEASE, SYSTEM_NS)
+def operator_rbac(cluster: Cluster, spaces: list[str]) -> tuple[list[Obj], list[str]]:
+    """The chart's operator RBAC for release RELEASE in SYSTEM_NS, and the ServiceAccounts its
+    ClusterRoleBinding names: with one namespace the default values' (one operator over every
+    namespace), with several the chart's operator.shards, one shard per namespace."""
+    if len(spaces) == 1:
+        objects = chart_objects(cluster, "operator-rbac.yaml", RELEASE, SYSTEM_NS)
+    else:
+        shards = [{"name": f"s{i}", "namespaces": [ns]} for i, ns in enumerate(spaces)]
+        version = client.VersionApi(cluster.api).get_code().git_version
+        rendered = cluster.helm(
+            "template", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--kube-version",
+            version, "--show-only", "templates/operator-rbac.yaml",
+            "--set-json", f"operator.shards={json.dumps(shards)}").stdout
+        objects = [d for d in yaml.safe_load_all(rendered) if d]
     binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
-    return objects, str(binding["subjects"][0]["name"])
+    return objects, [str(subject["name"]) for subject in binding["subjects"]]
 
 
 def token_kubeconfig(cluster: Cluster, namespace: str, sa: str, path: Path) -> Path:
@@ -271,26 +282,32 @@ def clear(cluster: Cluster, system: str, ns: str) -> None:
 
 
 # --- running a phase ---------------------------------------------------------------------------
-def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
+def run_phase(cluster: Cluster, system: str, jobs: list[tuple[str, Obj]],
               partitions: dict[str, int], timeout: float) -> Phase:
+    """Create the jobs (each in its namespace, in the order given) and follow them until all
+    have finished."""
     custom, batch, core = (client.CustomObjectsApi(cluster.api), client.BatchV1Api(cluster.api),
                            cluster.core)
     phase = Phase(system, partitions)
-    if system == KUZK:
-        list_jobs: Callable[..., Any] = partial(custom.list_namespaced_custom_object, api.GROUP,
-                                                api.VERSION, ns, api.PROOFJOB_PLURAL)
-        create: Callable[[Obj], Any] = partial(custom.create_namespaced_custom_object,
-                                               api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL)
-    else:
-        list_jobs = partial(batch.list_namespaced_job, ns)
-        create = partial(batch.create_namespaced_job, ns)
-    streams = [Follow(f"pods in {ns}", partial(core.list_namespaced_pod, ns), phase.on_pod),
-               Follow(f"{system} jobs in {ns}", list_jobs, phase.on_job)]
+    streams: list[Follow] = []
+    creates: dict[str, Callable[[Obj], Any]] = {}
+    for ns in dict.fromkeys(ns for ns, _ in jobs):
+        if system == KUZK:
+            list_jobs: Callable[..., Any] = partial(
+                custom.list_namespaced_custom_object, api.GROUP, api.VERSION, ns,
+                api.PROOFJOB_PLURAL)
+            creates[ns] = partial(custom.create_namespaced_custom_object, api.GROUP,
+                                  api.VERSION, ns, api.PROOFJOB_PLURAL)
+        else:
+            list_jobs = partial(batch.list_namespaced_job, ns)
+            creates[ns] = partial(batch.create_namespaced_job, ns)
+        streams += [Follow(f"pods in {ns}", partial(core.list_namespaced_pod, ns), phase.on_pod),
+                    Follow(f"{system} jobs in {ns}", list_jobs, phase.on_job)]
     try:
         start_all(streams)
         phase.t0 = time.monotonic()
         with ThreadPoolExecutor(CREATORS) as pool:
-            list(pool.map(create, manifests))
+            list(pool.map(lambda job: creates[job[0]](job[1]), jobs))
         deadline = time.monotonic() + timeout
         while not phase.done.wait(5):
             broken = [s for s in streams if s.error]
@@ -311,7 +328,7 @@ def run_phase(cluster: Cluster, system: str, ns: str, manifests: list[Obj],
         for stream in streams:
             stream.close()
     phase.relists = sum(stream.relists for stream in streams)
-    phase.probe_kills = probe_kills(core, ns, phase.attempts)
+    phase.probe_kills = sum(probe_kills(core, ns, phase.attempts) for ns in creates)
     return phase
 
 
@@ -342,6 +359,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--in-flight", type=int, default=None,
                         help="the stand-in's WorkerStatus writes in flight at most, for every "
                              "pod it serves (default: no limit, each pod its own writer)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="operator processes, each scoped to a namespace of its own (the "
+                             "chart's operator.shards), the ProofJobs spread across them in "
+                             "turn (default 1: one operator, as before)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
@@ -359,13 +380,49 @@ def _admin_context(plane: ControlPlane) -> ssl.SSLContext:
 
 
 @dataclass
+class Shard:
+    """One operator process of the ProofJob phases: the namespace it handles, its identity
+    (a ServiceAccount of its own, as the chart's shards have), its /metrics and counts."""
+
+    name: str
+    namespace: str
+    sa: str
+    metrics_port: int
+    counts_file: Path
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    cpu_s: float = 0.0  # during the ProofJob phases, all rounds
+    attempts: int = 0  # of its namespace's jobs, all rounds
+
+
+def summed(parts: list[dict[str, Counter[str]]]) -> dict[str, Counter[str]]:
+    """Metrics scraped from several processes, added up by name and labels."""
+    out: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for part in parts:
+        for name, values in part.items():
+            out[name].update(values)
+    return dict(out)
+
+
+def summed_counts(parts: list[Obj | None]) -> Obj | None:
+    """bench/counted_operator.py's counts of several operators, added up."""
+    if any(p is None for p in parts):
+        return None
+    events: Counter[str] = Counter()
+    for p in parts:
+        events.update((p or {}).get("watch_events", {}))
+    return {"syncs": sum(int((p or {}).get("syncs", 0)) for p in parts),
+            "watch_events": dict(events)}
+
+
+@dataclass
 class Gauges:
     """The counters read around a phase: etcd's, kube-apiserver's, the operator's."""
 
     etcd: dict[str, Counter[str]]
     apiserver: dict[str, Counter[str]]
-    operator: dict[str, Counter[str]] | None  # its /metrics (None: no operator running)
-    kopf: Obj | None  # bench/counted_operator.py's counts
+    operator: dict[str, Counter[str]] | None  # its /metrics, every shard's (None: not running)
+    kopf: Obj | None  # bench/counted_operator.py's counts, every shard's
 
 
 class Bench:
@@ -382,12 +439,21 @@ class Bench:
                           for i, n in enumerate(names)]
         self.partitions = {n: api.PROOF_KINDS[m["spec"]["proofKind"]].partitions
                            for n, m in zip(names, self.manifests, strict=True)}
+        # The ProofJobs' namespaces: one, or one per shard, each job in turn to the one with
+        # the fewest partitions so far (the kinds' partitions differ: 1, 16, 1, 10).
+        self.spaces = ([KUZK_NS] if args.shards == 1
+                       else [f"{KUZK_NS}-{i}" for i in range(args.shards)])
+        load = dict.fromkeys(self.spaces, 0)
+        self.placed = []
+        for name, manifest in zip(names, self.manifests, strict=True):
+            ns = min(self.spaces, key=lambda n: load[n])
+            load[ns] += self.partitions[name]
+            self.placed.append((ns, manifest))
         self._start_control_plane()
         self._start_fleet()
-        self.operator: subprocess.Popen[bytes] | None = None
-        self.operator_log: Path  # the log of the operator started last
+        self.running = False  # whether the shards' operators run
         self.starts = 0
-        self.start_operator()
+        self.start_operators()
         # What each WorkerStatus write moved, seen by a watch of them all run long.
         self.moves = Moves()
         self.ws_follow = Follow("workerstatuses", partial(
@@ -415,16 +481,24 @@ class Bench:
         self.stale: dict[str, int] = {KUZK: 0, JOB: 0}  # stale writes refused, by phase
         self.op_calls, self.attempts, self.syncs, self.rss, self.gave_up = (
             Calls(), 0, 0, 0.0, 0)
+        self.crossed: list[str] = []  # ProofJobs written by another than their own shard
+        self.jobs_written = 0  # ProofJobs the shards wrote, all rounds
+        self.created_twice = 0  # partition attempts run by more than one pod, all rounds
         self.event_sources: dict[str, str] = {}
 
     def _start_control_plane(self) -> None:
         """The control plane, its audit log telling each identity's requests, kuzk's CRDs and
         chart RBAC, and a kubeconfig per identity."""
-        # Every identity must be known before kube-apiserver starts (audit policy).
-        self.operator_sa = f"{RELEASE}-kuzk-operator"
-        self.users = {service_account(SYSTEM_NS, self.operator_sa): OPERATOR,
-                      service_account(SYSTEM_NS, PROVER_SA): PROVERS,
-                      service_account(SYSTEM_NS, KUBELET_SA): KUBELET}
+        # Every identity must be known before kube-apiserver starts (audit policy): the
+        # operator's, or each shard's (the chart's names), all of them the operator's figures.
+        one = len(self.spaces) == 1
+        self.shards = [Shard("" if one else f"s{i}", ns,
+                             f"{RELEASE}-kuzk-operator" + ("" if one else f"-s{i}"),
+                             free_port(), self.tmp / f"counts-{i}")
+                       for i, ns in enumerate(self.spaces)]
+        self.users = {service_account(SYSTEM_NS, shard.sa): OPERATOR for shard in self.shards}
+        self.users |= {service_account(SYSTEM_NS, PROVER_SA): PROVERS,
+                       service_account(SYSTEM_NS, KUBELET_SA): KUBELET}
         self.plane = plane = ControlPlane(audit_policy=audit_policy(
             [u for u, who in self.users.items() if who in (OPERATOR, PROVERS)]))
         plane.start()
@@ -432,23 +506,23 @@ class Bench:
         self.admin = str(plane.admin_kubeconfig()["users"][0]["name"])  # type: ignore[index]
         self.cluster = cluster = Cluster(plane)
         install_kuzk(cluster)
-        rbac, bound_sa = operator_rbac(cluster)
-        if bound_sa != self.operator_sa:
-            msg = f"the chart binds the operator role to {bound_sa}, not {self.operator_sa}"
+        rbac, bound = operator_rbac(cluster, self.spaces)
+        if bound != [shard.sa for shard in self.shards]:
+            msg = (f"the chart binds the operator role to {bound}, not "
+                   f"{[shard.sa for shard in self.shards]}")
             raise RuntimeError(msg)
-        namespace(cluster, SYSTEM_NS, self.operator_sa, PROVER_SA, KUBELET_SA)
-        namespace(cluster, KUZK_NS, PROVER_SA)
-        namespace(cluster, JOB_NS, PROVER_SA)
+        namespace(cluster, SYSTEM_NS, *(shard.sa for shard in self.shards), PROVER_SA,
+                  KUBELET_SA)
+        for ns in (*self.spaces, JOB_NS):
+            namespace(cluster, ns, PROVER_SA)
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
         bind_prover_role(cluster)
         bind_kubelet(cluster)
         self.kubeconfigs = {sa: token_kubeconfig(cluster, SYSTEM_NS, sa, self.tmp / f"{sa}.kc")
-                            for sa in (self.operator_sa, PROVER_SA, KUBELET_SA)}
+                            for sa in (*(s.sa for s in self.shards), PROVER_SA, KUBELET_SA)}
         self.etcd_metrics = plane.component("etcd").health_url.rsplit("/", 1)[0] + "/metrics"
         self.context = _admin_context(plane)
         self.custom = client.CustomObjectsApi(cluster.api)
-        self.counts_file = self.tmp / "counts"
-        self.metrics_port = free_port()
 
     def _start_fleet(self) -> None:
         """The nodes' kubelets and the stand-in prover that their pods hand their work to."""
@@ -481,72 +555,86 @@ class Bench:
         self.port = int(first[1])
         self.command = pod_command(self.port)
 
-    def start_operator(self) -> None:
-        """The operator, once it watches everything it reconciles from (its first lists
-        fall before the phase it serves, as the Job controller's did)."""
+    def start_operators(self) -> None:
+        """The operator of each shard, once it watches everything it reconciles from (its
+        first lists fall before the phase it serves, as the Job controller's did)."""
         self.starts += 1
-        log = self.operator_log = self.logs / f"operator-{self.starts}.log"
         plane = self.plane
         audit_from = plane.audit_log.stat().st_size
-        env = {**self.cluster.env(), "KUBECONFIG": str(self.kubeconfigs[self.operator_sa]),
-               "KUZK_BENCH_COUNTS": str(self.counts_file)}
-        op = self.operator = self.stack.enter_context(process(
-            [sys.executable, str(ROOT / "bench" / "counted_operator.py"), "operator",
-             "--standalone", "--namespace", KUZK_NS, "--prover-command",
-             json.dumps(self.command), "--prover-image", IMAGE, "--metrics-port",
-             str(self.metrics_port), "--metrics-address", "127.0.0.1"],
-            env, log))
+        for shard in self.shards:
+            suffix = f"-{shard.name}" if shard.name else ""
+            shard.log = self.logs / f"operator{suffix}-{self.starts}.log"
+            env = {**self.cluster.env(), "KUBECONFIG": str(self.kubeconfigs[shard.sa]),
+                   "KUZK_BENCH_COUNTS": str(shard.counts_file)}
+            shard.proc = self.stack.enter_context(process(
+                [sys.executable, str(ROOT / "bench" / "counted_operator.py"), "operator",
+                 "--standalone", "--namespace", shard.namespace, "--prover-command",
+                 json.dumps(self.command), "--prover-image", IMAGE, "--metrics-port",
+                 str(shard.metrics_port), "--metrics-address", "127.0.0.1"],
+                env, shard.log))
+        self.running = True
+        for shard in self.shards:
+            op, user = shard.proc, {service_account(SYSTEM_NS, shard.sa): OPERATOR}
+            assert op is not None
 
-        def watching() -> bool:
-            calls = Calls.read(plane.audit_log, audit_from, plane.audit_log.stat().st_size,
-                               self.users, self.admin).of(OPERATOR)
-            return op.poll() is not None or all(
-                calls[f"watch {r}"] for r in ("proofjobs", "pods", WORKERSTATUS))
+            def watching(op: subprocess.Popen[bytes] = op, user: dict[str, str] = user) -> bool:
+                calls = Calls.read(plane.audit_log, audit_from, plane.audit_log.stat().st_size,
+                                   user, self.admin).of(OPERATOR)
+                return op.poll() is not None or all(
+                    calls[f"watch {r}"] for r in ("proofjobs", "pods", WORKERSTATUS))
 
-        wait_for(watching, 120, "the operator's watches", 0.5)
-        wait_for(lambda: read_counts(self.counts_file) is not None or op.poll() is not None,
-                 10, "the operator's counts", 0.2)
-        if op.poll() is not None:
-            msg = f"the operator exited {op.returncode}; see {log}"
-            raise RuntimeError(msg)
+            wait_for(watching, 120, f"the operator's watches ({shard.namespace})", 0.5)
+            wait_for(lambda s=shard, o=op: read_counts(s.counts_file) is not None
+                     or o.poll() is not None, 10, "the operator's counts", 0.2)
+            if op.poll() is not None:
+                msg = f"the operator exited {op.returncode}; see {shard.log}"
+                raise RuntimeError(msg)
+
+    def stop_operators(self) -> None:
+        for shard in self.shards:
+            if shard.proc is not None:
+                stop_group(shard.proc, grace=20)
+                shard.proc = None
+        self.running = False
 
     def gauges(self) -> Gauges:
-        running = self.operator is not None
-        own = scrape(f"http://127.0.0.1:{self.metrics_port}/metrics") if running else None
+        running = self.running
+        own = (summed([scrape(f"http://127.0.0.1:{s.metrics_port}/metrics")
+                       for s in self.shards]) if running else None)
         return Gauges(scrape(self.etcd_metrics), scrape(f"{self.plane.server}/metrics",
                                                         self.context),
-                      own, read_counts(self.counts_file) if running else None)
+                      own, summed_counts([read_counts(s.counts_file) for s in self.shards])
+                      if running else None)
 
     def phase(self, system: str) -> None:
         """Run one system's jobs, from the create calls to the last finish, and add what
         they cost; the Jobs run without the operator (the comparison is with the job
         controller alone, and the operator's sweep has no business with their pods)."""
-        if system == JOB and self.operator is not None:
-            stop_group(self.operator, grace=20)
-            self.operator = None
-        if system == KUZK and self.operator is None:
-            self.start_operator()
-        ns, jobs, what = ((KUZK_NS, self.manifests, "ProofJobs") if system == KUZK
-                          else (JOB_NS, self.twins, "Jobs"))
-        plane, operator = self.plane, self.operator
+        if system == JOB and self.running:
+            self.stop_operators()
+        if system == KUZK and not self.running:
+            self.start_operators()
+        jobs, what = ((self.placed, "ProofJobs") if system == KUZK
+                      else ([(JOB_NS, twin) for twin in self.twins], "Jobs"))
+        plane, running = self.plane, self.running
+        shards = self.shards if running else []
         cpu_before, standin_before = cpu_by_process(self.pids), stats_of(self.port)
         stale_before = stale_writes(self.custom)
         audit_start = plane.audit_log.stat().st_size
-        operator_cpu_start = cpu_seconds(operator.pid) if operator is not None else 0.0
+        shard_cpu_start = [cpu_seconds(s.proc.pid) for s in shards if s.proc is not None]
         before = self.gauges()
         self.load[f"{system}_before"] = os.getloadavg()[0]
         try:
-            phase = run_phase(self.cluster, system, ns, jobs, self.partitions,
-                              self.args.timeout)
+            phase = run_phase(self.cluster, system, jobs, self.partitions, self.args.timeout)
         except BaseException:
-            if operator is not None:
-                state = ("running" if operator.poll() is None
-                         else f"exited {operator.returncode}")
-                print(f"\nfailed; operator {state}; its log: {self.operator_log}",
+            for s in shards:
+                assert s.proc is not None
+                state = "running" if s.proc.poll() is None else f"exited {s.proc.returncode}"
+                print(f"\nfailed; operator {s.name or ''} {state}; its log: {s.log}",
                       file=sys.stderr)
             raise
-        if operator is not None:  # its counts of the whole phase: the file's next write
-            wait_for(partial(rewritten, self.counts_file, self.counts_file.stat().st_mtime_ns),
+        for s in shards:  # its counts of the whole phase: the file's next write
+            wait_for(partial(rewritten, s.counts_file, s.counts_file.stat().st_mtime_ns),
                      10, "the operator's counts after the phase", 0.1)
         after = self.gauges()
         cpu_after = cpu_by_process(self.pids)
@@ -569,9 +657,15 @@ class Bench:
         self.stale[system] += stale_writes(self.custom) - stale_before
         cpu = {name: cpu_after[name] - cpu_before[name] for name in self.pids}
         events = None
-        if operator is not None:
-            cpu[OPERATOR] = cpu_seconds(operator.pid) - operator_cpu_start
-            events = self._operator_phase(operator, calls, phase, before, after)
+        if shards:
+            by_shard = [cpu_seconds(s.proc.pid) - start
+                        for s, start in zip(shards, shard_cpu_start, strict=True) if s.proc]
+            cpu[OPERATOR] = sum(by_shard)
+            for s, spent in zip(shards, by_shard, strict=True):
+                s.cpu_s += spent
+                s.attempts += phase.attempts_in(s.namespace)
+            events = self._operator_phase(calls, phase, before, after)
+            self._shard_writers(audit_start, plane.audit_log.stat().st_size, phase)
         for name, used in cpu.items():
             self.phase_cpu[system][name] += used
         summary = phase.summary()
@@ -589,12 +683,23 @@ class Bench:
             lane_s=float(self.standin_stats[system]["lane_s"]),
             lag_p50_s=summary["lag_p50_s"], lag_p99_s=summary["lag_p99_s"]).figures())
         print(f"{what} done in {phase.t_end - phase.t0:.1f}s; deleting them", flush=True)
-        clear(self.cluster, system, ns)
+        for ns in dict.fromkeys(ns for ns, _ in jobs):
+            clear(self.cluster, system, ns)
 
-    def _operator_phase(self, operator: subprocess.Popen[bytes], calls: Calls, phase: Phase,
-                        before: Gauges, after: Gauges) -> dict[str, float]:
-        """Add the operator's part of a kuzk phase; the watch events it was delivered."""
-        self.rss = max(self.rss, peak_rss_mb(operator.pid))
+    def _shard_writers(self, start: int, end: int, phase: Phase) -> None:
+        """Whose writes changed each ProofJob (the audit log, each shard its own identity),
+        and the partition attempts that more than one pod ran."""
+        users = {**self.users, **{service_account(SYSTEM_NS, s.sa): f"shard {s.name}"
+                                  for s in self.shards}}
+        writers = Writers.read(self.plane.audit_log, start, end, users, self.admin)
+        self.crossed += writers.crossed({s.namespace: f"shard {s.name}" for s in self.shards})
+        self.jobs_written += len(writers.jobs)
+        self.created_twice += phase.created_twice()
+
+    def _operator_phase(self, calls: Calls, phase: Phase, before: Gauges,
+                        after: Gauges) -> dict[str, float]:
+        """Add the operators' part of a kuzk phase; the watch events they were delivered."""
+        self.rss = max([self.rss, *(peak_rss_mb(s.proc.pid) for s in self.shards if s.proc)])
         self.op_calls.add(calls, OPERATOR)
         self.attempts += len(phase.attempts)
         kopf = Counter((after.kopf or {}).get("watch_events", {}))
@@ -623,7 +728,8 @@ class Bench:
             "load_average": self.load, "nodes_not_ready": self.not_ready,
             "kuzk": self.last[KUZK].summary(), "job": self.last[JOB].summary(),
             "operator": {
-                "user": service_account(SYSTEM_NS, self.operator_sa), "attempts": attempts,
+                "user": ", ".join(service_account(SYSTEM_NS, s.sa) for s in self.shards),
+                "attempts": attempts,
                 "by_verb": dict(by_verb), "by_call": dict(self.op_calls.of(OPERATOR)),
                 "conflicts": sum(self.op_calls.conflicts.values()),
                 "requests_per_attempt": sum(by_verb.values()) / attempts,
@@ -646,24 +752,34 @@ class Bench:
             "standin": self.standin_stats[KUZK],
             "standin_job": self.standin_stats[JOB],
             "stale_writes_refused": self.stale,
+            "shards": [{"name": s.name, "namespace": s.namespace,
+                        "user": service_account(SYSTEM_NS, s.sa), "cpu_s": s.cpu_s,
+                        "attempts": s.attempts} for s in self.shards],
+            "shard_writes": {"jobs_written": self.jobs_written, "crossed": self.crossed,
+                             "created_twice": self.created_twice},
         }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds) < 1
+    if (min(args.nodes, args.gpus, args.lanes, args.jobs, args.rounds, args.shards) < 1
             or (args.in_flight is not None and args.in_flight < 1)
             or not 0 < args.work[0] <= args.work[1]):
-        parser.error("--nodes, --gpus, --lanes, --jobs, --rounds and --in-flight must be at "
-                     "least 1; --work needs 0 < MIN <= MAX")
+        parser.error("--nodes, --gpus, --lanes, --jobs, --rounds, --shards and --in-flight "
+                     "must be at least 1; --work needs 0 < MIN <= MAX")
+    if args.shards > args.jobs:
+        parser.error(f"--shards {args.shards} is more than --jobs {args.jobs}: a shard would "
+                     "have no job")
     signal.signal(signal.SIGTERM, _sigterm)
     started = time.monotonic()
     partitions = sum(api.PROOF_KINDS[KINDS[i % len(KINDS)]].partitions
                      for i in range(args.jobs))
     print(f"fleet scale: {args.nodes} nodes x {args.gpus} GPUs x {args.lanes} lanes "
           f"(time-slicing replicas), {args.jobs} jobs per system ({partitions} partitions), "
-          f"kinds {', '.join(KINDS)} in turn; kuzk from {Path(kuzk.__file__).parent}; load "
+          f"kinds {', '.join(KINDS)} in turn; "
+          f"{'one operator' if args.shards == 1 else f'{args.shards} operator shards'}; "
+          f"kuzk from {Path(kuzk.__file__).parent}; load "
           f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     writers = (f"at most {args.in_flight} of its WorkerStatus writes in flight"
                if args.in_flight is not None else "each pod its own writer")

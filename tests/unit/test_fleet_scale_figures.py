@@ -30,6 +30,8 @@ from fleet_measure import (  # noqa: E402
     Calls,
     Cost,
     Moves,
+    Phase,
+    Writers,
     Written,
     audit_policy,
     by_prefix,
@@ -52,6 +54,7 @@ from fleet_projection import (  # noqa: E402
     Fleet,
     projection,
 )
+from fleet_report import _shards  # noqa: E402
 
 OPERATOR_USER = "system:serviceaccount:kuzk-bench:bench-kuzk-operator"
 PROVER_USER = "system:serviceaccount:kuzk-bench:kuzk-prover"
@@ -313,3 +316,74 @@ def test_the_peak_projection_counts_one_core_operator_processes() -> None:
     assert out["controller_cores"] == pytest.approx(2.15)
     assert out["processes"] == 3.0  # whole processes, one core each
     assert projection({"cpu_ms|operator": 0.0}, KUZK, PEAK)["processes"] == 1.0
+
+
+# --- shards (issue 41) --------------------------------------------------------------------
+SHARD_A = "system:serviceaccount:kuzk-bench:bench-kuzk-operator-s0"
+SHARD_B = "system:serviceaccount:kuzk-bench:bench-kuzk-operator-s1"
+SHARD_USERS = {**USERS, SHARD_A: "shard s0", SHARD_B: "shard s1"}
+SHARD_OF = {"fleet-kuzk-0": "shard s0", "fleet-kuzk-1": "shard s1"}
+
+
+def job_write(verb: str, user: str, ns: str, name: str, *, code: int = 200,
+              subresource: str | None = None) -> dict[str, Any]:
+    e = event(verb, "proofjobs", user, code=code, subresource=subresource, name=name)
+    e["objectRef"]["namespace"] = ns
+    return e
+
+
+def test_each_proofjob_is_written_by_its_own_shard_alone() -> None:
+    writers = Writers()
+    for e in (job_write("create", ADMIN, "fleet-kuzk-0", "j0"),  # the harness: left out
+              job_write("patch", SHARD_A, "fleet-kuzk-0", "j0", subresource="status"),
+              job_write("patch", SHARD_B, "fleet-kuzk-1", "j1", subresource="status"),
+              job_write("patch", SHARD_A, "fleet-kuzk-1", "j1", code=403),  # refused: no write
+              job_write("delete", ADMIN, "fleet-kuzk-1", "j1")):
+        writers.add_event(e, component(e, SHARD_USERS, ADMIN))
+    assert writers.jobs == {"fleet-kuzk-0/j0": {"shard s0"}, "fleet-kuzk-1/j1": {"shard s1"}}
+    assert writers.crossed(SHARD_OF) == []
+    stray = job_write("patch", SHARD_B, "fleet-kuzk-0", "j0")
+    writers.add_event(stray, component(stray, SHARD_USERS, ADMIN))
+    assert writers.crossed(SHARD_OF) == ["fleet-kuzk-0/j0"], "two shards wrote one job"
+    wrong = Writers()
+    e = job_write("patch", SHARD_B, "fleet-kuzk-0", "j2")
+    wrong.add_event(e, component(e, SHARD_USERS, ADMIN))
+    assert wrong.crossed(SHARD_OF) == ["fleet-kuzk-0/j2"], "a shard wrote another's job"
+
+
+def pod(uid: str, ns: str, job: str, partition: int, attempt: int) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "namespace": ns, "labels": {
+        "kuzk.io/partition": str(partition), "kuzk.io/attempt": str(attempt)},
+        "ownerReferences": [{"kind": "ProofJob", "name": job}]}, "status": {}}
+
+
+def test_a_phase_counts_attempts_by_namespace_and_partitions_created_twice() -> None:
+    phase = Phase(KUZK, {"j0": 2, "j1": 1})
+    for p in (pod("u1", "fleet-kuzk-0", "j0", 0, 1), pod("u2", "fleet-kuzk-0", "j0", 1, 1),
+              pod("u3", "fleet-kuzk-0", "j0", 1, 2), pod("u4", "fleet-kuzk-1", "j1", 0, 1)):
+        phase.on_pod("ADDED", p, 0.0)
+        phase.on_pod("MODIFIED", p, 0.1)
+    assert (phase.attempts_in("fleet-kuzk-0"), phase.attempts_in("fleet-kuzk-1")) == (3, 1)
+    assert phase.created_twice() == 0, "a retry is a new attempt, not a partition made twice"
+    phase.on_pod("ADDED", pod("u5", "fleet-kuzk-1", "j1", 0, 1), 0.2)
+    assert phase.created_twice() == 1
+    assert phase.summary()["created_twice"] == 1
+
+
+def test_the_report_prints_each_shards_cpu_beside_the_whole(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    result = {"operator": {"attempts": 400},
+              "shards": [{"name": "s0", "namespace": "fleet-kuzk-0", "cpu_s": 3.0,
+                          "attempts": 200},
+                         {"name": "s1", "namespace": "fleet-kuzk-1", "cpu_s": 1.0,
+                          "attempts": 200}],
+              "shard_writes": {"jobs_written": 50, "crossed": [], "created_twice": 0}}
+    _shards(result)
+    lines = capsys.readouterr().out.splitlines()
+    s0 = next(line.split() for line in lines if line.strip().startswith("s0"))
+    assert s0 == ["s0", "fleet-kuzk-0", "200", "3.0", "7.5", "15.0", "0.75"]
+    every = next(line.split() for line in lines if line.strip().startswith("all"))
+    assert every == ["all", "400", "4.0", "10.0"]
+    assert any("written by another than their own shard: 0 (goal 0): met" in line
+               for line in lines)
+    assert any("more than one pod: 0 (goal 0): met" in line for line in lines)
