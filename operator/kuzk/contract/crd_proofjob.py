@@ -317,7 +317,9 @@ def _proofjob_status() -> dict[str, Any]:
                     "randomness": string("The challenge in use (0x and 64 hex digits)."),
                 },
             ),
-            "startTime": timestamp("When the job started (or last resumed from suspension)."),
+            "startTime": timestamp(
+                "When the job started: its creation, or when it last resumed from suspension."
+            ),
             "completionTime": timestamp("When the job finished (Succeeded or Failed)."),
             "active": integer(counts.format("with a pod that is not finished"), minimum=0),
             "succeeded": integer(counts.format("done"), minimum=0),

@@ -48,12 +48,13 @@ from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer, as_body
 log = logging.getLogger("kuzk.operator.controller")
 RESYNC_SECONDS = 10.0
 # How long a sync leaves a job's status alone when the only news is the progress of its live
-# partitions (``partitions.progress_only``: a lane's stage, an attempt's node, worker or start),
-# which the pods and WorkerStatuses already say: such news is written with the next write the
-# job needs (a partition ended, failed or retried, a count, the phase, a condition) or by the
-# first sync this long after the job's last write; unfinished jobs sync every RESYNC_SECONDS,
-# so a stage in the status trails its lane by at most their sum. Without it every lane's
-# every stage was a status write (issue 41: 2.02 a partition attempt, against 0.42 for a Job).
+# partitions (``partitions.progress_only``: a lane's stage, an attempt's node, worker or start;
+# a new job's first status while it is only Pending), which the pods and WorkerStatuses
+# already say: such news is written with the next write the job needs (a partition ended,
+# failed or retried, a count, the phase, a condition) or by the first sync this long after the
+# job's last write (or its creation); unfinished jobs sync every RESYNC_SECONDS, so the status
+# trails the lanes by at most their sum. Without it every lane's every stage was a status
+# write (issue 41: 2.02 a partition attempt, against 0.42 for a Job).
 STAGE_SECONDS = 20.0
 STALE_RESYNC_SECONDS = 1.0
 POD_CALLS_IN_FLIGHT = 16
@@ -221,7 +222,10 @@ class Controller:
         if wanted == stored:
             return None
         md = job["metadata"]
+        # since this operator's last write of it, or, for a job never written, its creation
         last = self._written_at.get(md.get("uid", ""))
+        if last is None and not stored and md.get("creationTimestamp"):
+            last = api.parse_time(md["creationTimestamp"])
         if (last is not None and (moment - last).total_seconds() < STAGE_SECONDS
                 and progress_only(stored, wanted)):
             return None

@@ -21,6 +21,7 @@ from kuzk.contract.api import (
     FAILED,
     GPU,
     PENDING,
+    PHASE_PENDING,
     STATES,
     TERMINAL_STATES,
 )
@@ -179,8 +180,13 @@ def advance(
 def progress_only(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     """Whether job status ``after`` differs from ``before`` only in the progress of attempts
     live in both (``PROGRESS_KEYS``): nothing ended, failed, retried or was created, and no
-    count, phase or condition changed."""
+    count, phase or condition changed. A job's first status is news once something happened
+    (a pod bound, refused or ended): while it only says Pending with the pods asked for, it
+    is progress too, as a job without a status is pending."""
     old, new = before.get("partitions") or [], after.get("partitions") or []
+    if not before:
+        return after.get("phase") == PHASE_PENDING and all(
+            entry.get("state") == PENDING and not entry.get("reason") for entry in new)
     if len(old) != len(new) or _without(before, {"partitions"}) != _without(after, {"partitions"}):
         return False
     for was, now in zip(old, new, strict=True):

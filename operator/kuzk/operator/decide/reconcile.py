@@ -86,7 +86,10 @@ def reconcile(
                 verdict = after_refusal(part.index, part.attempt, part.refusals or 0, refusal)
                 events += part.follow(verdict, stamp)
     rejected = None if finished else settings.rejections(job)
-    phase, failure, start_time = _judge(prev, parts, spec, now, stamp, rejected)
+    # A job's start is its first sync's moment; for one never written, its creation, as its
+    # first status may wait (``partitions.progress_only``) and its deadline must not.
+    started = (stamp if prev else (job.get("metadata") or {}).get("creationTimestamp") or stamp)
+    phase, failure, start_time = _judge(prev, parts, spec, now, started, rejected)
     _stop_partitions(parts, by_part, phase, failure, stamp)
     wanted = phase in (PHASE_PENDING, PHASE_RUNNING) and not is_deleting(job)
     creates, refusal_waits = _creates(parts, by_part, spec, settings, now) if wanted else ([], [])
@@ -207,10 +210,11 @@ def _judge(
     parts: list[Partition],
     spec: proofjob.JobSpec,
     now: datetime,
-    stamp: str,
+    started: str,
     rejected: list[str] | None = None,
 ) -> tuple[str, Failure | None, str | None]:
-    """The job's phase, why it fails now (reason, message) if it does, and its startTime.
+    """The job's phase, why it fails now (reason, message) if it does, and its startTime
+    (``started`` where it has none yet).
 
     The rules in their order: a finished job stays so; a job that chose what the operator
     does not allow (``rejected``) fails at once; then a failed partition fails it, all done
@@ -222,16 +226,16 @@ def _judge(
     if prev_phase in FINISHED_PHASES:
         return prev_phase, None, start_time
     if rejected:
-        return PHASE_FAILED, (REJECTED, "; ".join(rejected)), start_time or stamp
+        return PHASE_FAILED, (REJECTED, "; ".join(rejected)), start_time or started
     for part in parts:
         if part.state == FAILED:
             failure = part.reason or "PartitionFailed", f"partition {part.index}: {part.message}"
-            return PHASE_FAILED, failure, start_time or stamp
+            return PHASE_FAILED, failure, start_time or started
     if all(part.state == DONE for part in parts):
-        return PHASE_SUCCEEDED, None, start_time or stamp
+        return PHASE_SUCCEEDED, None, start_time or started
     if spec.suspend:
         return PHASE_SUSPENDED, None, None
-    start_time = start_time or stamp
+    start_time = start_time or started
     if (overdue := deadline.exceeded(spec, start_time, now)) is not None:
         return PHASE_FAILED, overdue, start_time
     progressed = any(part.state in (*STARTED_STATES, DONE) for part in parts)

@@ -115,6 +115,16 @@ def test_the_deadline_fails_the_job_and_deletes_its_pods():
     assert cluster.reconcile().requeue_after == 30.0  # the grace period of the deleted pod
 
 
+def test_a_job_never_written_counts_its_deadline_from_its_creation():
+    """Its first status may wait (only Pending: progress), its deadline must not."""
+    job = Make.job("winning-post")
+    job["metadata"]["creationTimestamp"] = api.format_time(T0 - timedelta(seconds=10))
+    cluster = Cluster(job)
+    first = cluster.reconcile()
+    assert first.status["startTime"] == job["metadata"]["creationTimestamp"]
+    assert first.requeue_after == 15.0
+
+
 def test_success_beats_a_deadline_that_passes_at_the_same_time():
     cluster = Cluster(Make.job("winning-post"))
     drive(cluster, [0])

@@ -44,7 +44,9 @@ def test_a_live_attempts_stage_node_worker_and_start_may_wait(before, after) -> 
     (status(RUNNING), status(RUNNING, phase="Succeeded"), "the phase"),
     (status(RUNNING), status(RUNNING, conditions=[{"type": "Complete"}]), "a condition"),
     (status(RUNNING), status(RUNNING, RUNNING), "a partition more"),
-    ({}, status(RUNNING), "the first status"),
+    ({}, status(RUNNING), "a first status that says a pod runs"),
+    ({}, status({"state": "pending", "reason": "PodRefused"}, phase="Pending"),
+     "a first status that says a pod was refused"),
 ])
 def test_anything_else_is_written_at_once(before, after, why) -> None:
     assert not progress_only(before, after), why
@@ -52,3 +54,7 @@ def test_anything_else_is_written_at_once(before, after, why) -> None:
 
 def test_an_unchanged_status_is_only_progress() -> None:
     assert progress_only(status(RUNNING), status(RUNNING))
+
+
+def test_a_new_jobs_first_status_may_wait_while_it_is_only_pending() -> None:
+    assert progress_only({}, status({"state": "pending"}, {"state": "pending"}, phase="Pending"))
