@@ -7,11 +7,11 @@ bash (``POD_SCRIPT``) that hands the pod's identity to this server over a loopba
 and waits for the exit code, and this server plays the prover for it: through kuzk's own
 ``ProverReporter`` (kuzk_prover.reporter: join, stage writes, the GPU phase, leave, every
 write a resourceVersion-checked replace of the node's WorkerStatus) it joins the pod's
-GPU's lanes, reports synthesizing (its acquire writes synth_done when it waits), holds the
-GPU phase for the rest, works 0.5-2 s in all (no real proof: a wait, its length a hash of job
-name and partition, so both systems of a benchmark get the same work), leaves its lane and
-writes a result to the pod's termination message. A pod that is killed closes its socket: the
-server then leaves the lane as failed and stops.
+GPU's lanes synthesizing, as kuzk's prover does (its acquire writes synth_done when it
+waits), holds the GPU phase for the rest, works 0.5-2 s in all (no real proof: a wait, its
+length a hash of job name and partition, so both systems of a benchmark get the same work),
+leaves its lane and writes a result to the pod's termination message. A pod that is killed
+closes its socket: the server then leaves the lane as failed and stops.
 
 Pods of a ``--bare-namespace`` (the Indexed Jobs' of the benchmark) only work: a Job's pod
 as the batch controller runs it reports to no WorkerStatus, so what the control plane spends
@@ -62,6 +62,7 @@ from kuzk.contract.gpu import Gpu
 from kuzk.contract.pod import ALIVE_PORT
 from kuzk.contract.workerstatus import decisions, writes
 from kuzk.contract.workerstatus.decisions import Assignment
+from kuzk.contract.workerstatus.lane_model import LaneStage
 from kuzk_prover.reporter import ProverReporter
 
 # The pod's side. No $(...) in it: the kubelet expands $(VAR) in a command.
@@ -168,11 +169,12 @@ class Reporter(ProverReporter):
 
         super()._write(what, counted)
 
-    def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
+    def join(self, device: Gpu | None = None, *, wait_s: float = 30.0,
+             stage: LaneStage = LaneStage.STARTING) -> str:
         self.stats.add("claim")
         try:
             return str(self.stats.timed("claim", lambda: super(Reporter, self).join(
-                device, wait_s=wait_s)))
+                device, wait_s=wait_s, stage=stage)))
         except writes.WorkerWriteConflict:
             self.stats.add("claim_gave_up")
             raise
@@ -294,13 +296,14 @@ class Server(socketserver.ThreadingTCPServer):
     def lane(self, node: str, assignment: Assignment, visible_devices: str,
              conn: socket.socket, seconds: float) -> bool:
         """One partition pod's lane through kuzk's protocol, as the prover runs it: join the
-        GPU's lanes, synthesizing, synth_done (written by the acquire when it waits), the GPU
+        GPU's lanes synthesizing, synth_done (written by the acquire when it waits), the GPU
         phase (acquire, waiting while another lane holds it; release), leave. False when the
         pod was killed meanwhile (the lane leaves as failed)."""
         reporter = Reporter(self.api, node, assignment, visible_devices=visible_devices)
         reporter.stats = self.stats
         try:
-            reporter.join()
+            # as kuzk's prover does: it synthesizes at once, so it joins synthesizing
+            reporter.join(stage=LaneStage.SYNTHESIZING)
         except (writes.WorkerStatusMissing, writes.WorkerWriteConflict, ApiException,
                 HTTPError, OSError) as e:
             self.stats.add(f"claim_failed_{type(e).__name__}")

@@ -40,6 +40,7 @@ from kuzk.contract.pod import (
     OK_EXIT_CODE,
     TERMINATED_EXIT_CODE,
 )
+from kuzk.contract.workerstatus.lane_model import LaneStage
 from kuzk_prover.alive import Pulse
 from kuzk_prover.core.backend import Backend, BackendChoiceError, BackendUnavailable, select_backend
 from kuzk_prover.core.commitment import SelfCheckFailed
@@ -134,7 +135,8 @@ def _run(
     device = None
     if backend.gpu_uuid:
         device = Gpu(backend.gpu_uuid, backend.gpu_name or "", backend.memory_bytes)
-    reporter.join_or_go_on(device)
+    # It synthesizes at once: its lane joins in that stage (one write fewer).
+    reporter.join_or_go_on(device, LaneStage.SYNTHESIZING)
     # The prover leaves its own lane, SIGTERM included; after a SIGKILL the operator's
     # finalizer release removes it (and the GPU phase, if it held it).
     code = FAILED_EXIT_CODE

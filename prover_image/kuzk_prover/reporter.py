@@ -29,6 +29,7 @@ from kuzk.contract.api import WorkerOutcome
 from kuzk.contract.gpu import Gpu, visible_gpu
 from kuzk.contract.kubeconfig import load_config
 from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Memory, describe
+from kuzk.contract.workerstatus.lane_model import LaneStage
 from kuzk.contract.workerstatus.lanes import ACQUIRE_STAGE, REPORTED_STAGES
 from kuzk.contract.workerstatus.writes import (
     WorkerStatusMissing,
@@ -119,6 +120,7 @@ class ProverReporter:
         self._released = False
         self._gone = False  # a write found the lane removed: nothing is left to leave
         self._quiet = threading.Event()  # set: no more stage writes
+        self._joined_in: LaneStage | None = None  # the stage its join wrote
 
     @classmethod
     def for_pod(
@@ -186,23 +188,28 @@ class ProverReporter:
         (``allocating``), for the write it is about to make."""
         return Memory(self.host_memory(), self.device_memory() + allocating)
 
-    def join(self, device: Gpu | None = None, *, wait_s: float = 30.0) -> str:
-        """Join this pod's GPU's lanes (creating the GPU's WorkerStatus if this is its first
-        lane), waiting up to ``wait_s`` while its node is not there yet and up to
-        ``outage_budget`` through transient errors. Returns the WorkerStatus's name; raises
-        what the last try raised."""
+    def join(self, device: Gpu | None = None, *, wait_s: float = 30.0,
+             stage: LaneStage = LaneStage.STARTING) -> str:
+        """Join this pod's GPU's lanes in ``stage`` (``lanes.JOIN_STAGES``: a prover that
+        synthesizes at once joins synthesizing, and its report of that stage writes nothing),
+        creating the GPU's WorkerStatus if this is its first lane, waiting up to ``wait_s``
+        while its node is not there yet and up to ``outage_budget`` through transient errors.
+        Returns the WorkerStatus's name; raises what the last try raised."""
         gpu = self.gpu(device)
         self.worker_status = self._persist(
-            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure),
+            "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure,
+                                 stage=stage),
             missing_s=wait_s,
         )
+        self._joined_in = stage
         return self.worker_status
 
-    def join_or_go_on(self, device: Gpu | None = None) -> None:
+    def join_or_go_on(self, device: Gpu | None = None,
+                      stage: LaneStage = LaneStage.STARTING) -> None:
         """``join``, best effort: a proof is worth more than its status line, and the
         operator's finalizer release and sweep repair a lane the prover could not write."""
         try:
-            worker = self.join(device, wait_s=JOIN_WAIT_S)
+            worker = self.join(device, wait_s=JOIN_WAIT_S, stage=stage)
         except (WorkerStatusMissing, WorkerWriteConflict, ApiException, HTTPError,
                 OSError) as exc:
             log.warning("could not join the GPU's lanes on %s (%s): proving on without worker"
@@ -214,7 +221,8 @@ class ProverReporter:
         """Report a stage of the lane: synthesizing is written; synth_done by the acquire
         that follows it, when the lane has to wait (``lanes.ACQUIRE_STAGE``); gpu and
         committing by ``gpu_phase``'s acquire and release."""
-        if stage_name not in REPORTED_STAGES or stage_name == ACQUIRE_STAGE:
+        if (stage_name not in REPORTED_STAGES or stage_name == ACQUIRE_STAGE
+                or stage_name == self._joined_in):
             return
         self._write("stage", lambda: stage(self.api, self._name(), self.assignment, stage_name,
                                            memory=self.measure()))

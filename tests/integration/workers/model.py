@@ -46,6 +46,7 @@ PRIORITY = {"winning-post": 2, "window-post": 1, "snap-update": 0, "porep-c2": 0
 CLASS_PRIORITY = {"kuzk-critical": 2, "kuzk-high": 1, "kuzk-normal": 0}
 STAGES = ("starting", "synthesizing", "synth_done", "gpu", "committing")
 REPORTED = ("synthesizing", "synth_done")
+JOIN_STAGES = ("starting", "synthesizing")  # a prover that synthesizes at once joins so
 REMEMBERED = 8
 
 
@@ -286,12 +287,12 @@ def _worker_change(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
         x, y = b_lanes[uid], a_lanes[uid]
         return (x["stage"], x.get("readyAt")) == (y["stage"], y.get("readyAt"))
 
-    # A lane joined: appended, starting, nothing else changed.
+    # A lane joined: appended, in a stage it may join in, nothing else changed.
     if a_order[:-1] == b_order and len(a_order) == len(b_order) + 1:
         new = a_lanes[a_order[-1]]
         unchanged = all(same(uid) for uid in b_order)
         if (
-            unchanged and new["stage"] == "starting" and "readyAt" not in new
+            unchanged and new["stage"] in JOIN_STAGES and "readyAt" not in new
             and (a_holder, a_completed, a_previous) == (b_holder, b_completed, b_previous)
         ):
             return Transition("join")

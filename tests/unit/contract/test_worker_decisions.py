@@ -32,6 +32,7 @@ from kuzk.contract.workerstatus.decisions import (
     decide_stage,
     decide_sweep,
 )
+from kuzk.contract.workerstatus.lane_model import LaneStage
 from kuzk.contract.workerstatus.lanes import lane_priority
 from tests.integration.workers.model import NodeModel, explain, observed
 
@@ -131,6 +132,19 @@ def test_a_stage_moves_only_its_lane_and_no_lane_carries_a_heartbeat() -> None:
     assert (lanes["b"]["stage"], lanes["b"]["since"]) == ("starting", api.format_time(
         at(1), millis=True))
     assert not any("heartbeat" in lane for lane in lanes.values())
+
+
+def test_a_prover_that_synthesizes_at_once_joins_synthesizing_and_its_report_writes_nothing(
+        ) -> None:
+    status, _ = run(lambda s: decide_join(s, GPU0, A, at(1), stage=LaneStage.SYNTHESIZING))
+    assert stages(status) == {"a": "synthesizing"}
+    assert decide_stage(status, A, "synthesizing", at(2)).status is None
+
+
+@pytest.mark.parametrize("stage", [LaneStage.SYNTH_DONE, LaneStage.GPU, LaneStage.COMMITTING])
+def test_a_lane_joins_starting_or_synthesizing_only(stage: LaneStage) -> None:
+    with pytest.raises(ValueError, match="a lane joins in one of starting, synthesizing"):
+        decide_join({}, GPU0, A, NOW, stage=stage)
 
 
 @pytest.mark.parametrize("stage", ["gpu", "committing", "starting", "proving"])

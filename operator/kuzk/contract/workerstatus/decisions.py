@@ -60,7 +60,12 @@ from kuzk.contract.workerstatus import (
     parse,
 )
 from kuzk.contract.workerstatus.lane_model import JobRef, Lane, LaneStage, Memory, PodRef
-from kuzk.contract.workerstatus.lanes import ACQUIRE_STAGE, REPORTED_STAGES, lane_priority
+from kuzk.contract.workerstatus.lanes import (
+    ACQUIRE_STAGE,
+    JOIN_STAGES,
+    REPORTED_STAGES,
+    lane_priority,
+)
 
 T = TypeVar("T")
 
@@ -199,10 +204,15 @@ def _before(stage: LaneStage, later: LaneStage) -> bool:
 
 def decide_join(
     status: Mapping[str, Any], gpu: Gpu, assignment: Assignment, now: datetime,
-    memory: Memory | None = None,
+    memory: Memory | None = None, stage: LaneStage = LaneStage.STARTING,
 ) -> WriteDecision[str]:
-    """Add ``assignment``'s lane (stage ``starting``) to the worker of ``gpu``, adding the
-    worker if it is new; return the worker's ID. Joining twice writes nothing."""
+    """Add ``assignment``'s lane (in ``stage``: ``starting``, or ``synthesizing`` for a
+    prover that synthesizes at once, ``lanes.JOIN_STAGES``) to the worker of ``gpu``, adding
+    the worker if it is new; return the worker's ID. Joining twice writes nothing."""
+    if stage not in JOIN_STAGES:
+        names = ", ".join(str(s) for s in JOIN_STAGES)
+        msg = f"a lane joins in one of {names}, not {stage!r}"
+        raise ValueError(msg)
     model = parse(status, now)
     found = _lane_of(model, assignment.pod_uid)
     if found is not None:
@@ -219,7 +229,7 @@ def decide_join(
         partition=assignment.partition,
         attempt=assignment.attempt,
         priority=lane_priority(assignment.proof_kind, assignment.priority_class),
-        stage=LaneStage.STARTING,
+        stage=stage,
         since=now,
         memory=memory,
     )

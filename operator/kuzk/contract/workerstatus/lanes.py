@@ -32,6 +32,10 @@ REPORTED_STAGES = (LaneStage.SYNTHESIZING, LaneStage.SYNTH_DONE)
 # that waits for the GPU phase shows ``synth_done``, one granted at once goes straight to
 # ``gpu``. kuzk's prover does not write it on its own: one write fewer per partition.
 ACQUIRE_STAGE = LaneStage.SYNTH_DONE
+# The stages a lane may join in: ``starting``, or ``synthesizing`` for a prover that starts
+# synthesizing at once (kuzk's own): its join says so, one write fewer per partition, and one
+# fewer in the burst of a GPU's lanes joining together.
+JOIN_STAGES = (LaneStage.STARTING, LaneStage.SYNTHESIZING)
 
 # The PriorityClasses kuzk knows, lowest first: the ones the proof kinds default to
 # (``api.PROOF_KINDS``), which the chart creates with ascending values (``priorityClasses`` in
@@ -95,6 +99,7 @@ def lane_states(worker_statuses: Iterable[Mapping[str, Any]]) -> dict[LaneKey, s
 
 __all__ = [
     "ACQUIRE_STAGE",
+    "JOIN_STAGES",
     "PARTITION_STATE",
     "PRIORITY_CLASSES",
     "REPORTED_STAGES",

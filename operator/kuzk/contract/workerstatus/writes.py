@@ -40,7 +40,7 @@ from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.retry import Backoff
 from kuzk.contract.workerstatus import Gpu, decisions, legacy, parse, worker_status_name
 from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Released, WriteDecision
-from kuzk.contract.workerstatus.lane_model import Memory, PodRef
+from kuzk.contract.workerstatus.lane_model import LaneStage, Memory, PodRef
 
 log = logging.getLogger("kuzk.contract.workerstatus.writes")
 
@@ -131,11 +131,12 @@ def guarded_write(
 
 def join(
     api: client.ApiClient, node: str, gpu: Gpu, assignment: Assignment, *, clock: Clock = SYSTEM,
-    memory: Callable[[], Memory | None] = lambda: None,
+    memory: Callable[[], Memory | None] = lambda: None, stage: LaneStage = LaneStage.STARTING,
 ) -> str:
-    """Add ``assignment``'s lane to the worker of ``gpu`` on ``node``, in the GPU's
-    WorkerStatus, which the first lane of the GPU creates (``create_worker_status``); return
-    the WorkerStatus's name, where the lane's other writes go. ``memory`` is asked before
+    """Add ``assignment``'s lane, in ``stage`` (``decisions.decide_join``), to the worker of
+    ``gpu`` on ``node``, in the GPU's WorkerStatus, which the first lane of the GPU creates
+    (``create_worker_status``); return the WorkerStatus's name, where the lane's other writes
+    go. ``memory`` is asked before
     each decision (so that a join which had to create the object first carries what the
     prover holds when it writes); in the other lane writes ``memory`` is what the prover
     holds now.
@@ -144,7 +145,7 @@ def join(
     name = worker_status_name(node, gpu.uuid)
 
     def decide(status: Mapping[str, Any]) -> WriteDecision[str]:
-        return decisions.decide_join(status, gpu, assignment, clock.now(), memory())
+        return decisions.decide_join(status, gpu, assignment, clock.now(), memory(), stage)
 
     try:
         guarded_write(api, name, decide, clock=clock)
