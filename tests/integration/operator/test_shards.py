@@ -186,9 +186,13 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
         pods = job_pods(cluster, ns, f"job-{name}")
         assert sorted(p.metadata.labels[api.LABEL_PARTITION] for p in pods) == ["0", "1"], (
             "one pod per partition: none created twice")
-        events = [e for e in cluster.core.list_namespaced_event(ns).items
-                  if e.reporting_component == "kuzk-operator"]
-        assert events, f"shard {name} posted Events on its job"
+
+        def posted(ns: str = ns) -> list[Any]:
+            return [e for e in cluster.core.list_namespaced_event(ns).items
+                    if e.reporting_component == "kuzk-operator"]
+
+        # The Events of a sync are posted after its status write, which wait_job saw.
+        events = wait_for(posted, 30, f"shard {name}'s Events on its job")
         assert {e.reporting_instance for e in events} == {f"shard-{name}"}, (
             "every Event on a shard's job is its own")
     for name, operator in operators.items():
