@@ -127,7 +127,7 @@ class Runtime:
         self.metrics = metrics
         self.queue = WorkQueue(self._work, describe=_describe, clock=controller.clock)
         self.jobs: dict[JobKey, JobState] = {}
-        self.gpu_lanes: dict[str, dict[str, LaneView]] = {}  # WorkerStatus → its lanes
+        self.gpu_lanes: dict[str, Mapping[str, LaneView]] = {}  # WorkerStatus → its lanes
         self.paused = False  # by a higher-priority peer
         self.listed = True  # every stream has listed since the last hold
         self.jobs_indexed = True  # Kopf's index of ProofJobs has listed once

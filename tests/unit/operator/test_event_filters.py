@@ -1,4 +1,4 @@
-"""Which events are worth a sync: a lane's liveness mark is not, a stage or an assignment is;
+"""Which events are worth a sync: a lane's liveness mark or stage is not, an assignment is;
 a pod's change of liveness is worth a sweep of its node's WorkerStatuses, its other changes
 are not; and the peering rule that pauses a replica (Kopf's, applied to the same peering
 object)."""
@@ -43,6 +43,18 @@ def test_the_operator_reads_one_view_of_a_lane() -> None:
                                   "p2": LaneView("n1", "W0", api.COMMITTING, "ns", "b")}
     assert worker_claims([status, ws()]) == {"p1": Claim("n1", "W0", api.SCHEDULED),
                                              "p2": Claim("n1", "W0", api.COMMITTING)}
+
+
+def test_a_versions_lanes_are_read_once_and_a_new_version_again() -> None:
+    """The index, the event filter and each sync ask for the same version's lanes."""
+    first = ws(proving("a", "p1", "synthesizing"))
+    first["metadata"] = {"name": "n1-0", "resourceVersion": "7"}
+    views = lane_views(first)
+    assert lane_views({**first}) is views
+    second = ws(proving("a", "p1", "gpu"))
+    second["metadata"] = {"name": "n1-0", "resourceVersion": "8"}
+    assert lane_views(second)["p1"].state == api.GPU
+    assert lane_views(first)["p1"].state == api.SYNTHESIZING, "an older version read again"
 
 
 def test_a_liveness_mark_syncs_no_job() -> None:

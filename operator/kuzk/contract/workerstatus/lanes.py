@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from kuzk.contract import api
@@ -71,16 +72,33 @@ class LaneView:
     job_name: str
 
 
-def lane_views(worker_status: Mapping[str, Any] | None) -> dict[str, LaneView]:
-    """The lanes of one WorkerStatus object, by the UID of their pod."""
+def lane_views(worker_status: Mapping[str, Any] | None) -> Mapping[str, LaneView]:
+    """The lanes of one WorkerStatus object, by the UID of their pod. A version of an object
+    (its name and resourceVersion) is read once: the operator asks for the same version's
+    lanes where it files it, where it compares it with the last, and in each sync that
+    reads it (``_VIEWS``)."""
     worker_status = worker_status or {}
+    meta = worker_status.get("metadata") or {}
+    name, version = meta.get("name"), meta.get("resourceVersion")
+    if name and version:
+        kept = _VIEWS.get(name)
+        if kept is not None and kept[0] == version:
+            return kept[1]
     node = str((worker_status.get("spec") or {}).get("nodeName") or "")
-    return {
+    views = MappingProxyType({
         lane.pod.uid: LaneView(node, worker.id, PARTITION_STATE[lane.stage],
                                lane.job.namespace, lane.job.name)
         for worker in parse(worker_status.get("status")).workers
         for lane in worker.lanes
-    }
+    })
+    if name and version:
+        _VIEWS[name] = (version, views)
+    return views
+
+
+# WorkerStatus name -> the lanes of the newest version read (one entry per GPU): a version is
+# immutable, so its lanes are too.
+_VIEWS: dict[str, tuple[str, Mapping[str, LaneView]]] = {}
 
 
 # A lane's job namespace and name, partition and attempt.
