@@ -15,7 +15,6 @@ reads.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import ssl
@@ -23,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 from kubernetes import client
 
 from kuzk.contract.retry import Backoff
@@ -83,7 +83,7 @@ class KubeClient:
                                     timeout=timeout) as response:
             if response.status != 200:
                 raise ApiError(response.status, (await response.text())[:300])
-            data: dict[str, Any] = await response.json(content_type=None)
+            data: dict[str, Any] = orjson.loads(await response.read())
             return data
 
     async def watch(self, path: str, params: Mapping[str, str], timeout_s: int,
@@ -104,7 +104,8 @@ class KubeClient:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        # orjson: decoding the events was a third of the operator's CPU
+                        yield orjson.loads(line)
 
     async def close(self) -> None:
         await self.session.close()
