@@ -43,7 +43,8 @@ from kuzk.operator.decide.policies.refused import POD_REFUSED, refusal, refusal_
 from kuzk.operator.decide.reconcile import reconcile
 from kuzk.operator.events import Poster
 from kuzk.operator.ledger_store import LedgerStore
-from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer, as_body
+from kuzk.operator.rawjson import create
+from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer
 
 log = logging.getLogger("kuzk.operator.controller")
 RESYNC_SECONDS = 10.0
@@ -297,8 +298,7 @@ class Controller:
         created it), or the Refusal when the API server refuses it (400 and 422 invalid,
         403 forbidden: Pod Security admission, a ResourceQuota, RBAC)."""
         try:
-            return as_body(self.core.create_namespaced_pod(
-                ns, action.manifest, _preload_content=False))  # type: ignore[arg-type]
+            return create(self.api_client, f"/api/v1/namespaces/{ns}/pods", action.manifest)
         except ApiException as e:
             if e.status == 409:
                 return None

@@ -14,6 +14,7 @@ from urllib3.exceptions import HTTPError
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.operator.decide.actions import Event
+from kuzk.operator.rawjson import create
 
 log = logging.getLogger("kuzk.operator.events")
 EVENT_COMPONENT = "kuzk-operator"
@@ -31,7 +32,7 @@ class EventRecorder:
 
     def __init__(self, api_client: client.ApiClient, instance: str,
                  clock: Clock = SYSTEM) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.api_client = api_client
         self.instance = instance
         self.clock = clock
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kuzk-events")
@@ -59,7 +60,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(str(md.get("namespace")), body)  # type: ignore[arg-type]
+            create(self.api_client, f"/api/v1/namespaces/{md.get('namespace')}/events", body)
         except (ApiException, HTTPError, OSError) as error:
             log.warning("could not post the Event %s on ProofJob %s/%s: %s", event.reason,
                         md.get("namespace"), md.get("name"),

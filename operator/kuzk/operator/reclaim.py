@@ -11,7 +11,6 @@ Blocking calls, run in worker threads; ``kuzk.operator.controller.Controller`` h
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
@@ -25,6 +24,7 @@ from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.workerstatus import decisions, writes
 from kuzk.operator.decide.actions import ReleaseWorker
 from kuzk.operator.decide.observe import controller_of, is_deleting, release_action, worker_outcome
+from kuzk.operator.rawjson import as_body
 
 log = logging.getLogger("kuzk.operator.reclaim")
 ORPHAN_LOOK_SECONDS = 30.0
@@ -35,12 +35,6 @@ Body = dict[str, Any]
 class Conflict(Exception):
     """The object kept changing between read and write (a ProofJob's status, a pod's
     finalizers); the next sync tries again."""
-
-
-def as_body(response: Any) -> Body:
-    """The object a call made with ``_preload_content=False`` returned, as plain JSON: the
-    client's typed models cost milliseconds of CPU per pod to build and to convert back."""
-    return cast(Body, json.loads(response.data))
 
 
 class Reclaimer:
