@@ -14,7 +14,7 @@ the Events go through the poster it is given (``kuzk.operator.events``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,6 +66,35 @@ class JobGone(Exception):
     """A write about the ProofJob got 404: it no longer exists."""
 
 
+class SyncFailed(Exception):
+    """A sync failed after some of its pod creates had gone through: ``created`` holds them,
+    for the caller's cache to overlay (a retry that did not know of them would send them
+    again, each answered 409); the error is the ``__cause__``."""
+
+    def __init__(self, created: list[Body]) -> None:
+        super().__init__(f"{len(created)} pods created before the sync failed")
+        self.created = created
+
+
+@dataclass
+class _Creates:
+    """The pod creates one sync sent, on the controller's pool."""
+
+    pool: ThreadPoolExecutor
+    create: Callable[[str, CreatePod], Body | Refusal | None]
+    sent: list[Future[Body | Refusal | None]] = field(default_factory=list)
+
+    def submit(self, ns: str, action: CreatePod) -> Future[Body | Refusal | None]:
+        future = self.pool.submit(self.create, ns, action)
+        self.sent.append(future)
+        return future
+
+    def made(self) -> list[Body]:
+        """The pods those creates made, once each has answered (a failed one made none)."""
+        done = [f.exception() is None and f.result() for f in self.sent]
+        return [answer for answer in done if isinstance(answer, dict)]
+
+
 @dataclass(frozen=True)
 class Synced:
     """What one sync did: when to look again, the job as its status write returned it (None
@@ -114,8 +143,27 @@ class Controller:
         worker_statuses: list[Body],
         now: datetime | None = None,
     ) -> Synced:
-        """Reconcile one ProofJob once from the given (cached) objects."""
-        moment = now or self.clock.now()
+        """Reconcile one ProofJob once from the given (cached) objects. A failure after
+        pods were created raises SyncFailed with them (from the error)."""
+        creates = _Creates(self._pool, self._create)
+        try:
+            return self._sync(job, pods, worker_statuses, now or self.clock.now(), creates)
+        except JobGone:
+            raise
+        except Exception as error:
+            made = creates.made()
+            if made:
+                raise SyncFailed(made) from error
+            raise
+
+    def _sync(
+        self,
+        job: Body,
+        pods: list[Body],
+        worker_statuses: list[Body],
+        moment: datetime,
+        creates: _Creates,
+    ) -> Synced:
         pods = [*pods, *self._unseen_pods(job, pods)]
         written: Body | None = None
         refused: dict[int, Refusal] = {}
@@ -128,7 +176,7 @@ class Controller:
         for _ in range(2):
             try:
                 decision, decided_on, wrote, early = self._decide(
-                    job, pods, worker_statuses, moment, refused)
+                    job, pods, worker_statuses, moment, refused, creates)
             except ValueError as e:
                 # The API server's schema rejects bad specs; this only happens for objects
                 # stored before a schema change. Say so on the object instead of looping.
@@ -141,7 +189,7 @@ class Controller:
                 _log_refusals(job, refused, decision.status)
             by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
             made, freed, refused, stale = self._apply(job, decision, by_name, early,
-                                                      worker_statuses)
+                                                      worker_statuses, creates)
             decided_on_stale |= stale
             created += made
             released += freed
@@ -167,6 +215,7 @@ class Controller:
         worker_statuses: list[Body],
         moment: datetime,
         refused: Mapping[int, Refusal],
+        creates: _Creates,
     ) -> tuple[Decision, Body, Body | None, dict[str, Future[Body | Refusal | None]]]:
         """Reconcile and write the status (reading the job again on a 409). Returns the
         decision, the job it was made on, the job as the write returned it (None when nothing
@@ -180,7 +229,7 @@ class Controller:
                 # are deterministic and a lost status is rebuilt from them), so they are sent
                 # alongside the first status write instead of after it.
                 ns = job["metadata"]["namespace"]
-                early = {a.name: self._pool.submit(self._create, ns, a)
+                early = {a.name: creates.submit(ns, a)
                          for a in decision.of_type(CreatePod)}
             try:
                 return decision, job, self._write_status(job, decision.status, moment), early
@@ -254,6 +303,7 @@ class Controller:
         pods: Mapping[str | None, Body],
         early: Mapping[str, Future[Body | Refusal | None]],
         worker_statuses: list[Body],
+        creates: _Creates,
     ) -> tuple[list[Body], list[tuple[str, Body]], dict[int, Refusal], bool]:
         """Apply the actions; returns the pods created, the pods released (keyed by the
         resourceVersion they replaced), the refused creates by partition, and whether an object
@@ -264,12 +314,11 @@ class Controller:
         # Pod creates and deletes are independent of each other: send them concurrently, as
         # the Job controller does, instead of one round trip after another.
         wanted = decision.of_type(CreatePod)
-        creates = {a.partition: early.get(a.name) or self._pool.submit(self._create, ns, a)
-                   for a in wanted}
+        answers = {a.partition: early.get(a.name) or creates.submit(ns, a) for a in wanted}
         deletes = [self._pool.submit(self._delete, ns, a) for a in decision.of_type(DeletePod)]
         created: list[Body] = []
         refused: dict[int, Refusal] = {}
-        for partition, future in creates.items():
+        for partition, future in answers.items():
             answer = future.result()
             if isinstance(answer, Refusal):
                 refused[partition] = answer

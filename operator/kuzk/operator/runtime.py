@@ -37,7 +37,7 @@ from typing import Any
 from kuzk.contract import api, ledger, workerstatus
 from kuzk.contract.workerstatus.lanes import LaneView, lane_views
 from kuzk.operator.caches import Caches, JobKey, slim
-from kuzk.operator.controller import Body, Controller, JobGone, pods_of
+from kuzk.operator.controller import Body, Controller, JobGone, SyncFailed, pods_of
 from kuzk.operator.decide.observe import (
     awaits_release,
     controlled_by,
@@ -271,6 +271,11 @@ class Runtime:
         statuses = self._sync_worker_statuses(namespace, name, pods)
         try:
             synced = await asyncio.to_thread(self.controller.sync, job, pods, statuses)
+        except SyncFailed as failure:
+            # its retry must know the pods it made, or it sends them again
+            for pod in failure.created:
+                state.created[pod["metadata"]["name"]] = slim(pod)
+            raise failure.__cause__ or failure from None
         except JobGone:
             uid = (job.get("metadata") or {}).get("uid", "")
             log.info("ProofJob %s/%s is gone; settling its pods", namespace, name)

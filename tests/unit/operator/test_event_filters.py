@@ -8,12 +8,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from kuzk.contract import api
 from kuzk.contract.workerstatus.lanes import LaneView, lane_views
-from kuzk.operator.caches import Caches, Index, worker_status_keys
+from kuzk.operator.caches import Caches, Index, pod_keys, worker_status_keys
 from kuzk.operator.controller import Controller
+from kuzk.operator.decide.actions import CreatePod
 from kuzk.operator.decide.observe import Claim, worker_claims
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.peering import outranked
@@ -182,6 +185,31 @@ async def test_the_echo_of_its_own_status_write_syncs_no_job() -> None:
     assert not runtime.queue.scheduled(("job", "ns", "j"))
     runtime.on_job("MODIFIED", "ns", "j", "uid", "7")
     assert runtime.queue.scheduled(("job", "ns", "j"))
+    await runtime.close()
+
+
+async def test_the_pods_a_failed_sync_created_stand_in_for_its_retry() -> None:
+    """A sync that fails after some of its creates went through (a 429 on the next call)
+    hands them to the job's state, so its retry does not send them again."""
+    job = {"metadata": {"namespace": "ns", "name": "j", "resourceVersion": "5", "uid": "u"}}
+    made = {"metadata": {"namespace": "ns", "name": "j-p0-a1"}}
+
+    class FailingAfterACreate(Controller):
+        def _create(self, ns: str, action: CreatePod) -> dict[str, Any]:
+            return made
+
+        def _sync(self, job: Any, pods: Any, statuses: Any, moment: Any, creates: Any) -> Any:
+            creates.submit("ns", CreatePod(manifest={"metadata": {"name": "j-p0-a1"}},
+                                           partition=0, attempt=1))
+            raise ApiException(status=429, reason="Too Many Requests")
+
+    controller = FailingAfterACreate(client.ApiClient(), PodSettings(image="unused"),
+                                     lambda *_: None)
+    runtime = Runtime(controller, Caches({("ns", "j"): [job]}, Index(pod_keys), {}))
+    with pytest.raises(ApiException) as raised:
+        await runtime._sync_job("ns", "j")
+    assert raised.value.status == 429, "the retry logs the API server's answer"
+    assert runtime.jobs[("ns", "j")].pods([]) == [made]
     await runtime.close()
 
 
