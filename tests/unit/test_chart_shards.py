@@ -141,3 +141,18 @@ def test_overlapping_or_unhandled_namespaces_are_refused(values: dict[str, Any],
                                                          message: str) -> None:
     args = [a for path, v in values.items() for a in ("--set-json", f"{path}={json.dumps(v)}")]
     assert message in refused(*args)
+
+
+def test_the_operators_requests_have_a_controllers_priority_level() -> None:
+    """A FlowSchema puts every operator's ServiceAccount (each shard's) in workload-high, as
+    kube-controller-manager is; operator.priorityLevel empty: none."""
+    for docs, accounts in ((render(), ["kz-kuzk-operator"]),
+                           (sharded(), ["kz-kuzk-operator-a", "kz-kuzk-operator-b"])):
+        schema = one(docs, "FlowSchema", "kz-kuzk-operator")
+        assert schema["spec"]["priorityLevelConfiguration"] == {"name": "workload-high"}
+        assert schema["spec"]["matchingPrecedence"] < 9000, "before service-accounts"
+        (rule,) = schema["spec"]["rules"]
+        assert [(s["kind"], s["serviceAccount"]) for s in rule["subjects"]] == [
+            ("ServiceAccount", {"name": name, "namespace": "kuzk-system"})
+            for name in accounts]
+    assert not [d for d in render("operator.priorityLevel=") if d["kind"] == "FlowSchema"]
