@@ -252,12 +252,7 @@ class Calls:
     def read(cls, log: Path, start: int, end: int, users: Mapping[str, str],
              admin: str) -> Calls:
         out = cls()
-        with log.open("rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
-        for line in data.splitlines():
-            event = json.loads(line)
-            out.add_event(event, component(event, users, admin))
+        feed(out, log, start, end, users, admin)
         return out
 
 
@@ -286,13 +281,20 @@ class Writers:
     def read(cls, log: Path, start: int, end: int, users: Mapping[str, str],
              admin: str) -> Writers:
         out = cls()
-        with log.open("rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
-        for line in data.splitlines():
-            event = json.loads(line)
-            out.add_event(event, component(event, users, admin))
+        feed(out, log, start, end, users, admin)
         return out
+
+
+def feed(sink: Calls | Writers, log: Path, start: int, end: int, users: Mapping[str, str],
+         admin: str) -> None:
+    """Hand ``sink`` every audit event between the offsets ``start`` and ``end`` of ``log``,
+    with the component that made it."""
+    with log.open("rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    for line in data.splitlines():
+        event = json.loads(line)
+        sink.add_event(event, component(event, users, admin))
 
 
 def is_write(call: str) -> bool:
