@@ -325,10 +325,7 @@ class Controller:
             elif answer is not None:
                 created.append(answer)
         stale = not all([deleted.result() for deleted in deletes])
-        # The finalizer releases too: each pod's is its own (a guarded write to its lane's
-        # WorkerStatus, then its pod's patch), and a job whose partitions ended together had
-        # them one after another, its next sync (its next partitions done) waiting behind.
-        releases: list[tuple[Body | None, Future[Body | None]]] = []
+        released: list[tuple[str, Body]] = []
         for action in decision.actions:
             if isinstance(action, ReleaseWorker):
                 pod = pods.get(action.pod_name)
@@ -336,17 +333,13 @@ class Controller:
                          for ws in worker_statuses
                          if workerstatus.node_of(ws) == action.node
                          and decisions.concerns(ws.get("status"), action.pod_uid)]
-                releases.append((pod, self._pool.submit(self.reclaimer.release, ns, action,
-                                                        pod, homes)))
+                after = self.reclaimer.release(ns, action, pod, homes)
+                if pod is not None and after is not None:
+                    released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))
             elif isinstance(action, Event):
                 self.post_event(job, action)
             elif isinstance(action, DeleteJob):
                 stale |= not self._delete_job(job, action)
-        released: list[tuple[str, Body]] = []
-        for pod, release in releases:
-            after = release.result()
-            if pod is not None and after is not None:
-                released.append(((pod.get("metadata") or {}).get("resourceVersion", ""), after))
         return created, released, refused, stale
 
     def _create(self, ns: str, action: CreatePod) -> Body | Refusal | None:
