@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client
 
 from kuzk.contract.filecoin import PROVER, PROVER_COMMAND
+from testenv.waiting import wait_for
 
 BUILD = Path(__file__).resolve().parent / "build_filecoin"
 
@@ -100,6 +101,11 @@ def create_volume(core: client.CoreV1Api, namespace: str, claim: str, directory:
         "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
                  "resources": {"requests": {"storage": "1Gi"}}},
     })
+    # Bound by kube-controller-manager's volume controller: a pod asked for before that is
+    # unschedulable for it ("unbound immediate PersistentVolumeClaims"), not for what a test
+    # arranged (its node's memory, say).
+    wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase
+             == "Bound", 60, f"the claim {namespace}/{claim} bound")
     return volume
 
 

@@ -49,7 +49,8 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     assert counts["pods"] >= PARTITIONS
     assert counts["claim"] == counts["pods"] == counts["release"]
     assert counts["acquire"] == counts["pods"] - counts.get("killed", 0)  # killed before it
-    assert counts["stage"] > 0
+    # kuzk's prover joins its lane synthesizing: no stage write of its own follows the join
+    assert counts.get("stage", 0) == 0
     job_counts = result["standin_job"]["counts"]
     assert job_counts["bare"] >= PARTITIONS and "claim" not in job_counts
     # per attempt, each write told by its writer: the provers' WorkerStatus writes, the
@@ -69,9 +70,10 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     assert per_kuzk["events|pods"] > 0 and per_kuzk["events|workerstatuses"] > 0
     assert per_kuzk["cpu_ms|operator"] > 0 and "cpu_ms|operator" not in per_job
     # every WorkerStatus write that succeeded is told by what it moved, seen on a watch: each
-    # lane's join, stages, acquire, release of the GPU phase and leave; none moved no lane
+    # lane's join (in stage synthesizing), acquire, release of the GPU phase and leave; none
+    # moved no lane
     kinds = {k.split("|", 1)[1]: v for k, v in per_kuzk.items() if k.startswith("ws_kind|")}
-    for move in ("join", "stage", "acquire", "release_gpu", "leave"):
+    for move in ("join", "acquire", "release_gpu", "leave"):
         assert kinds.get(f"provers|{move}", 0) > 0, kinds
     assert per_kuzk["not_moves"] == 0, kinds
     ws_writes = sum(v for k, v in per_kuzk.items()
