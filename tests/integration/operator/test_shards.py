@@ -153,6 +153,10 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
     # mark its lane, seeing no pod of shard b's in its cache.
     (stopped_uid, _), *_ = sorted(of(SHARD_A).items())
     runner = kubelet.runners[stopped_uid]
+    # A pod not yet ready is starting, not stuck: the pod is stopped once it is ready.
+    wait_for(lambda: any(c.type == "Ready" and c.status == "True" for c in cluster.core
+                         .read_namespaced_pod_status(runner.name, namespace).status.conditions
+                         or []), 60, "shard a's pod ready")
     pid = runner.containers[0].proc.pid
     os.killpg(pid, signal.SIGSTOP)
     try:

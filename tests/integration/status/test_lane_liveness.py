@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import Plan, apply_job, proofjob, wait_job
+from tests.integration.operator.test_worker_truth import Gates
 from tests.integration.status.server import StatusServer
 
 # Mostly waiting on the probes' periods: it runs on the e2e tier's worker (tests/conftest.py).
@@ -58,21 +60,34 @@ def _holder_and_waiter(cluster: Cluster, node: str) -> tuple[str, str] | None:
     return (held, waiting[0]) if held and waiting else None
 
 
+def _ready(cluster: Cluster, namespace: str, pod: str) -> bool:
+    status = client.CoreV1Api(cluster.api).read_namespaced_pod_status(pod, namespace).status
+    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
 def _row(server: StatusServer, node: str) -> dict[str, Any] | None:
     return next((w for w in server.status()["gpu_workers"] if w["node"] == node), None)
 
 
 def test_a_hung_holder_shows_not_live_then_loses_the_gpu_phase_within_90_s(
-        cluster: Cluster, namespace: str, nodes, operator, status_server) -> None:
+        cluster: Cluster, namespace: str, nodes, operator, status_server,
+        tmp_path: Path) -> None:
     kubelet: ProcessKubelet = nodes(1, gpus=1, replicas=2)
     node = next(iter(kubelet.nodes))
-    operator(real_prover=True)
+    # The real prover, waiting in its GPU phase until the test lets it go on: the holder is
+    # stopped once its pod is ready (a pod not yet ready is starting, not stuck).
+    gates = Gates(tmp_path / "gates")
+    gates.set(**{"*": ["gpu"]})
+    operator(*gates.command())
     server: StatusServer = status_server()
     wait_for(server.ready, 60, "the status server")
     apply_job(cluster, namespace, proofjob("hang", partitions=2, circuitLog2=22))
     held, waiter = wait_for(lambda: _holder_and_waiter(cluster, node), 180,
                             "one lane holding the GPU phase, the other waiting", interval=0.02)
     runner = kubelet.runners[held]
+    gates.set()  # the attempts to come go through
+    wait_for(lambda: (runner.name, "gpu") in gates.waiting(), 60, "the holder at its gate")
+    wait_for(lambda: _ready(cluster, namespace, runner.name), 60, "the holder's pod ready")
     proc = runner.containers[0].proc
     assert proc is not None
     os.killpg(proc.pid, signal.SIGSTOP)
@@ -100,6 +115,7 @@ def test_a_hung_holder_shows_not_live_then_loses_the_gpu_phase_within_90_s(
     assert killed.status.phase == "Failed" and terminated.exit_code == 137
     wait_for(lambda: (_row(server, node) or {}).get("idle_reason") != "not_live", 30,
              "/status no longer showing the GPU not live")
+    gates.release(kubelet.runners[waiter].name, "gpu")
     job = wait_job(cluster, namespace, "hang", "Succeeded", timeout=300)
     assert sorted(p["attempt"] for p in job["status"]["partitions"]) == [1, 2]
     seconds = (_row(server, node) or {})["idle_seconds_total"]

@@ -24,36 +24,38 @@ CUPY_CACHE_DIR = f"{KERNEL_CACHE_DIR}/cupy"
 TMP_VOLUME, TMP_DIR = "tmp", "/tmp"
 # Whether the prover is alive is its pod's to say, not a write's: its pulse (a beat every 2 s,
 # ``kuzk_prover.alive``) answered over HTTP on the pod's address (``kuzk_prover.probes``; the
-# kubelet starts no process for it). The startup probe gives a prover 5 minutes to answer
-# (its start may be slow on a saturated node), and holds the others back until it does. Not
-# ready once the pulse is 10 s old (two failures 5 s apart: the operator marks its lane not
-# live). Killed once it is 30 s old: three failures 10 s apart, each waiting up to 10 s for an
-# answer (a stopped prover gives none), then 5 s of grace, so that SIGKILL comes at most 65 s
-# after the prover stopped, and the finalizer release frees the GPU phase it held. A live
-# prover answers in microseconds and beats every 2 s, so only a pulse that stood still for
-# 30 s, or three answers missing 10 s each, kill it: a busy CPU delays both by far less.
+# kubelet starts no process for it). Not ready once the pulse is 10 s old (two failures 5 s
+# apart: the operator marks its lane not live). Killed once it is 30 s old: three failures
+# 10 s apart, each waiting up to 10 s for an answer (a stopped prover gives none), then 5 s of
+# grace, so that SIGKILL comes at most 65 s after a running prover stopped (55 s after the
+# start of one that stops in its first 20 s), and the finalizer release frees the GPU phase
+# it held. A live prover answers in microseconds and beats every
+# 2 s, so only a pulse that stood still for 30 s, or three answers missing 10 s each, kill it:
+# a busy CPU delays both by far less. The liveness probe starts 20 s after the container
+# (``LIVE_AFTER_S``): a prover that has not answered by its third probe, 40 s after its start,
+# is killed (its start takes seconds: importing kuzk-prover took 3.3-3.7 s on this project's
+# two-core machine beside eight busy loops). No startup probe: it would give the same grace
+# at the cost of one more update of every pod's status (its containers' ``started``), which
+# the kubelet writes and every watcher of the pod, the operator first, reads.
 PROBE_PORT_NAME = "alive"
 EXEC_PROBES = "exec"
 HTTP_PROBES = "http"
 PROBE_KINDS = (HTTP_PROBES, EXEC_PROBES)
-STARTUP_PROBE: dict[str, Any] = {
-    "periodSeconds": 2,
-    "timeoutSeconds": 5,
-    "failureThreshold": 150,
-}
+LIVE_AFTER_S = 20
 READINESS_PROBE: dict[str, Any] = {
     "periodSeconds": 5,
     "timeoutSeconds": 5,
     "failureThreshold": 2,
 }
 LIVENESS_PROBE: dict[str, Any] = {
+    "initialDelaySeconds": LIVE_AFTER_S,
     "periodSeconds": 10,
     "timeoutSeconds": 10,
     "failureThreshold": 3,
     "terminationGracePeriodSeconds": 5,
 }
 # The pulse's age each probe allows, in seconds.
-STARTUP_WITHIN_S, READY_WITHIN_S, LIVE_WITHIN_S = 30, 10, 30
+READY_WITHIN_S, LIVE_WITHIN_S = 10, 30
 # The Pod Security Standards' "restricted" level, which partition pods meet: they run as the
 # image's non-root user with nothing writable but a kernel cache and /tmp.
 POD_SECURITY_CONTEXT: dict[str, Any] = {
@@ -215,7 +217,6 @@ def probes(kind: str) -> dict[str, Any]:
                             "port": PROBE_PORT_NAME}}
 
     found: dict[str, Any] = {
-        "startupProbe": {**asking(STARTUP_WITHIN_S), **STARTUP_PROBE},
         "readinessProbe": {**asking(READY_WITHIN_S), **READINESS_PROBE},
         "livenessProbe": {**asking(LIVE_WITHIN_S), **LIVENESS_PROBE},
     }
