@@ -1,4 +1,4 @@
-"""bench/status_load.py, small (20 jobs x 4 partitions, 4 nodes x 2 GPUs, 10 clients, 2 s
+"""bench/status_load.py, small (20 jobs x 4 partitions, 4 nodes x 2 GPUs, 10 clients, 1 s
 rounds, pages of 3 jobs): it runs end to end and reports every figure. Timings are not checked
 here."""
 
@@ -17,7 +17,7 @@ def test_status_load_small_runs_and_reports(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "status_load.py"), "--jobs", "20",
          "--partitions", "4", "--nodes", "4", "--gpus", "2", "--clients", "10",
-         "--seconds", "2", "--burst", "20", "--page", "3", "--json", str(out)],
+         "--seconds", "1", "--burst", "20", "--page", "3", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
