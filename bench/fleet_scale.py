@@ -196,14 +196,30 @@ def bind_prover_role(cluster: Cluster) -> None:
 
 def bind_kubelet(cluster: Cluster) -> None:
     """The kubelets' own identity: cluster-admin, as the test kubelet's admin kubeconfig is;
-    its name is what the audit log tells their writes by."""
+    its name is what the audit log tells their writes by. The API server's priority and
+    fairness classifies their requests as a real kubelet's (the built-in FlowSchema
+    system-nodes gives the group system:nodes the priority level system), not as any
+    ServiceAccount's (workload-low): there their node leases queued behind the provers'
+    lane writes, were refused (429) and let nodes go NotReady in the ProofJob phase only."""
+    subject = {"kind": "ServiceAccount", "name": KUBELET_SA, "namespace": SYSTEM_NS}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": "bench-kubelet"},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                            "name": "cluster-admin"},
-               "subjects": [{"kind": "ServiceAccount", "name": KUBELET_SA,
-                             "namespace": SYSTEM_NS}]}
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
+               "subjects": [subject]}
+    flows = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+             "metadata": {"name": "bench-kubelet"},
+             "spec": {"priorityLevelConfiguration": {"name": "system"},
+                      "matchingPrecedence": 500,  # system-nodes' own
+                      "distinguisherMethod": {"type": "ByUser"},
+                      "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {
+                          "name": KUBELET_SA, "namespace": SYSTEM_NS}}],
+                          "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"],
+                                             "resources": ["*"], "clusterScope": True,
+                                             "namespaces": ["*"]}],
+                          "nonResourceRules": [{"verbs": ["*"],
+                                                "nonResourceURLs": ["*"]}]}]}}
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([binding, flows]))
 
 
 def operator_rbac(cluster: Cluster, spaces: list[str]) -> tuple[list[Obj], list[str]]:
