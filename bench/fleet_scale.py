@@ -516,7 +516,7 @@ class Bench:
         self.users |= {service_account(SYSTEM_NS, PROVER_SA): PROVERS,
                        service_account(SYSTEM_NS, KUBELET_SA): KUBELET}
         self.plane = plane = ControlPlane(audit_policy=audit_policy(
-            [u for u, who in self.users.items() if who in (OPERATOR, PROVERS)]))
+            [u for u, who in self.users.items() if who in (OPERATOR, PROVERS)]), fairness=True)
         plane.start()
         self.stack.callback(plane.stop)
         self.admin = str(plane.admin_kubeconfig()["users"][0]["name"])  # type: ignore[index]

@@ -102,6 +102,10 @@ class ControlPlane:
     # An audit policy (audit.k8s.io/v1 Policy as a dict): kube-apiserver then writes JSON
     # audit events to ``audit_log`` (benchmarks count a client's requests from it).
     audit_policy: dict[str, object] | None = None
+    # API priority and fairness, on in a real cluster: off for the tests, whose few clients
+    # never queue; on for the fleet benchmark, whose hundreds of clients (kubelets, provers,
+    # controllers) a real API server classifies into priority levels, each with its share.
+    fairness: bool = False
     components: list[Component] = field(default_factory=list)
     server: str = ""
     kubeconfig: Path = Path()
@@ -163,7 +167,7 @@ class ControlPlane:
                 f"--service-cluster-ip-range={pki.SERVICE_IP.rsplit('.', 1)[0]}.0/24",
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
-                "--enable-priority-and-fairness=false",
+                f"--enable-priority-and-fairness={str(self.fairness).lower()}",
                 # Lets the tests' ``nodes`` fixture keep a namespace's pods on that test's
                 # nodes (the namespace's scheduler.alpha.kubernetes.io/node-selector).
                 "--enable-admission-plugins=PodNodeSelector",
