@@ -181,8 +181,7 @@ def follow(custom: client.CustomObjectsApi, namespace: str, names: list[str],
         phases = [(j.get("status") or {}).get("phase") for j in jobs.values()]
         if len(jobs) == len(names) and all(p in FINISHED for p in phases):
             elapsed = time.monotonic() - start
-            summary = ", ".join(f"{n} {(j.get('status') or {}).get('phase')}"
-                                for n, j in jobs.items())
+            summary = ", ".join(f"{n} {_ended(j)}" for n, j in jobs.items())
             print(f"{DONE_LINE} in {elapsed:.1f} s: {summary}", flush=True)
             break
         if time.monotonic() - start > timeout:
@@ -190,6 +189,17 @@ def follow(custom: client.CustomObjectsApi, namespace: str, names: list[str],
             break
         stop.wait(0.5)  # the display's refresh period
     return jobs
+
+
+def _ended(job: dict[str, Any]) -> str:
+    """A finished job's phase, and for one that did not succeed, why (its Failed condition)."""
+    status = job.get("status") or {}
+    phase = str(status.get("phase"))
+    failed = next((c for c in status.get("conditions") or []
+                   if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    if phase == "Succeeded" or failed is None:
+        return phase
+    return f"{phase} ({failed.get('reason')}: {failed.get('message')})"
 
 
 def _outcome(jobs: dict[str, dict[str, Any]], names: list[str]) -> int:

@@ -7,9 +7,11 @@ once per session)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import re
 import subprocess
 import uuid
+import warnings
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
@@ -77,6 +79,21 @@ def _cluster_state(cluster: Cluster, namespace: str, logs: Path | None) -> str:
         tail = log.read_text(errors="replace").splitlines()[-40:]
         parts.append(f"--- last lines of {log.name}\n" + "\n".join(tail))
     return "\n".join(parts)
+
+
+@pytest.fixture(autouse=True)
+def _collect_left_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a control-plane test (autouse: torn down last, once its event loops are closed),
+    collect quietly what those loops (Kopf's in the in-process operator, pytest-asyncio's)
+    left of their API connections: those close only when collected, and their
+    ResourceWarning would otherwise fail whichever later test the collector happens to run
+    in (``filterwarnings = error``)."""
+    yield
+    if request.node.get_closest_marker("cluster") is None:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import signal
 import subprocess
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -205,12 +203,6 @@ def inprocess_operator(
     for op in started:
         op.stop()
     started.clear()
-    # Kopf leaves some of its API connections open when a loop it ran in ends (a process
-    # exits there); collect them now, quietly, rather than in some later test's teardown,
-    # where their ResourceWarning would fail that test.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 def proofjob(name: str, kind: str = "snap-update", **spec: Any) -> dict[str, Any]:

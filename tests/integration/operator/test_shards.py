@@ -146,7 +146,9 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
     operators = {name: shard(name) for name in (SHARD_A, SHARD_B)}
     for name, ns in spaces.items():
         apply_job(cluster, ns, proofjob(f"job-{name}", partitions=2))
-    wait_for(lambda: len(lanes()) == 4, 120, "four lanes, two of each shard, on one GPU")
+    # Each stand-in joins, writes its lane synthesizing and holds there.
+    wait_for(lambda: [lane["stage"] for lane in lanes().values()] == ["synthesizing"] * 4, 120,
+             "four lanes, two of each shard, on one GPU, each synthesizing")
     b_lanes = of(SHARD_B)
 
     # A's pod stops (SIGSTOP): it is not ready within seconds, and shard a sweeps the GPU to
