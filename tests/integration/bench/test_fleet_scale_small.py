@@ -1,4 +1,4 @@
-"""bench/fleet_scale.py, small (4 nodes x 2 GPUs x 2 lanes, 6 jobs per system): it runs end to
+"""bench/fleet_scale.py, small (4 nodes x 2 GPUs x 2 lanes, 4 jobs per system): it runs end to
 end and reports what it measures, each write told by its writer. Timings are not checked
 here; the counts that must hold are."""
 
@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-# 6 jobs, the kinds in turn: winning-post, snap-update, window-post, porep-c2, winning-post,
-# snap-update.
-PARTITIONS = 1 + 16 + 1 + 10 + 1 + 16
+# 4 jobs, one of each kind in turn: winning-post, snap-update, window-post, porep-c2.
+PARTITIONS = 1 + 16 + 1 + 10
 
 
 def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
@@ -23,7 +22,7 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "fleet.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--nodes", "4", "--gpus", "2",
-         "--lanes", "2", "--jobs", "6", "--work", "0.2", "0.4", "--timeout", "240", "--json",
+         "--lanes", "2", "--jobs", "4", "--work", "0.2", "0.4", "--timeout", "240", "--json",
          str(out), "--log-dir", str(tmp_path / "logs"), "--job-first"],
         cwd=ROOT, capture_output=True, text=True, timeout=560,
     )
