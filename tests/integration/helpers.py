@@ -55,6 +55,13 @@ def read_pod(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod | None:
         raise
 
 
+def pod_ready(core: client.CoreV1Api, ns: str, name: str) -> bool:
+    """Whether the pod exists and its Ready condition is True."""
+    p = read_pod(core, ns, name)
+    return bool(p and any(c.type == "Ready" and c.status == "True"
+                          for c in p.status.conditions or []))
+
+
 def wait_phase(core: client.CoreV1Api, ns: str, name: str, *phases: str,
                timeout: float = 60) -> client.V1Pod:
     def check() -> client.V1Pod | None:

@@ -20,13 +20,10 @@ import pytest
 
 from kuzk.operator.decide.pods import LIVE_AFTER_S
 from testenv.cluster import Cluster
-from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
+from tests.integration.operator.test_worker_truth import REAL_PROVER
 
 pytestmark = pytest.mark.e2e_worker
-
-REAL_PROVER = ("--prover-command", '["kuzk-prover"]')
-
 
 @pytest.fixture
 def busy_loops() -> Iterator[list[subprocess.Popen[bytes]]]:
@@ -66,7 +63,6 @@ def test_a_job_beside_busy_loops_on_every_core_succeeds_with_no_attempt_killed(
     # The kubelet posts its Killing Event as it kills: none, and the pods all ended by
     # themselves (Succeeded), none by a signal.
     assert killings() == []
-    pods = wait_for(lambda: cluster.core.list_namespaced_pod(namespace).items or None, 30,
-                    "the job's pods")
-    assert {p.status.phase for p in pods} == {"Succeeded"}, [
+    pods = cluster.core.list_namespaced_pod(namespace).items
+    assert pods and {p.status.phase for p in pods} == {"Succeeded"}, [
         (p.metadata.name, p.status.phase) for p in pods]

@@ -29,6 +29,7 @@ from testenv.controlplane import free_port
 from testenv.kubelet import ProcessKubelet
 from testenv.waiting import wait_for
 from tests.conftest import NODE_SELECTOR
+from tests.integration.helpers import pod_ready
 from tests.integration.operator.conftest import (
     OperatorProcess,
     Plan,
@@ -156,9 +157,7 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
     (stopped_uid, _), *_ = sorted(of(SHARD_A).items())
     runner = kubelet.runners[stopped_uid]
     # A pod not yet ready is starting, not stuck: the pod is stopped once it is ready.
-    wait_for(lambda: any(c.type == "Ready" and c.status == "True" for c in cluster.core
-                         .read_namespaced_pod_status(runner.name, namespace).status.conditions
-                         or []), 60, "shard a's pod ready")
+    wait_for(lambda: pod_ready(cluster.core, namespace, runner.name), 60, "shard a's pod ready")
     pid = runner.containers[0].proc.pid
     os.killpg(pid, signal.SIGSTOP)
     try:

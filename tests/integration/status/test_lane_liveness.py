@@ -23,6 +23,7 @@ from kuzk.contract import api
 from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
 from testenv.waiting import wait_for
+from tests.integration.helpers import pod_ready
 from tests.integration.operator.conftest import Plan, apply_job, proofjob, wait_job
 from tests.integration.operator.test_worker_truth import Gates
 from tests.integration.status.server import StatusServer
@@ -60,11 +61,6 @@ def _holder_and_waiter(cluster: Cluster, node: str) -> tuple[str, str] | None:
     return (held, waiting[0]) if held and waiting else None
 
 
-def _ready(cluster: Cluster, namespace: str, pod: str) -> bool:
-    status = client.CoreV1Api(cluster.api).read_namespaced_pod_status(pod, namespace).status
-    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
-
-
 def _row(server: StatusServer, node: str) -> dict[str, Any] | None:
     return next((w for w in server.status()["gpu_workers"] if w["node"] == node), None)
 
@@ -87,7 +83,7 @@ def test_a_hung_holder_shows_not_live_then_loses_the_gpu_phase_within_90_s(
     runner = kubelet.runners[held]
     gates.set()  # the attempts to come go through
     wait_for(lambda: (runner.name, "gpu") in gates.waiting(), 60, "the holder at its gate")
-    wait_for(lambda: _ready(cluster, namespace, runner.name), 60, "the holder's pod ready")
+    wait_for(lambda: pod_ready(cluster.core, namespace, runner.name), 60, "the holder's pod ready")
     proc = runner.containers[0].proc
     assert proc is not None
     os.killpg(proc.pid, signal.SIGSTOP)

@@ -19,13 +19,7 @@ from testenv.cluster import Cluster
 from testenv.kubelet import ProcessKubelet
 from testenv.probes import KILLING
 from testenv.waiting import wait_for
-from tests.integration.helpers import pod, read_pod
-
-
-def _ready(cluster: Cluster, ns: str, name: str) -> bool:
-    p = read_pod(cluster.core, ns, name)
-    return bool(p and any(c.type == "Ready" and c.status == "True"
-                          for c in p.status.conditions or []))
+from tests.integration.helpers import pod, pod_ready, read_pod
 
 
 def test_readiness_follows_exec_probe(cluster: Cluster, namespace: str, nodes,
@@ -39,11 +33,11 @@ def test_readiness_follows_exec_probe(cluster: Cluster, namespace: str, nodes,
         container={"readinessProbe": probe}))
     wait_for(lambda: (p := read_pod(cluster.core, namespace, "r")) and p.status.phase == "Running",
              60, "pod running")
-    assert not _ready(cluster, namespace, "r")
+    assert not pod_ready(cluster.core, namespace, "r")
     flag.touch()
-    wait_for(lambda: _ready(cluster, namespace, "r"), 30, "Ready after probe passes")
+    wait_for(lambda: pod_ready(cluster.core, namespace, "r"), 30, "Ready after probe passes")
     flag.unlink()
-    wait_for(lambda: not _ready(cluster, namespace, "r"), 30, "not Ready after probe fails")
+    wait_for(lambda: not pod_ready(cluster.core, namespace, "r"), 30, "not Ready after probe fails")
 
 
 def test_failing_liveness_probe_restarts_container(cluster: Cluster, namespace: str,
@@ -78,7 +72,7 @@ def test_a_stopped_process_is_killed_by_its_liveness_probe_and_its_pod_fails(
                        and p.status.phase == "Running" and p, 60, "pod running")
     body = cluster.api.sanitize_for_serialization(running)
     assert api.pod_not_live_since(body) is None, "not ready yet is not stuck"
-    wait_for(lambda: _ready(cluster, namespace, "s"), 30, "Ready after the slow probe")
+    wait_for(lambda: pod_ready(cluster.core, namespace, "s"), 30, "Ready after the slow probe")
     runner = next(r for r in kubelet.runners.values() if r.name == "s")
     proc = runner.containers[0].proc
     assert proc is not None
@@ -123,8 +117,8 @@ def test_http_probes_ask_the_pod_on_its_own_address_once_its_startup_probe_passe
     running = wait_for(lambda: (p := read_pod(cluster.core, namespace, "h"))
                        and p.status.phase == "Running" and p, 60, "pod running")
     assert running.status.pod_ip != "127.0.0.1"
-    assert not _ready(cluster, namespace, "h"), "ready before its startup probe passed"
+    assert not pod_ready(cluster.core, namespace, "h"), "ready before its startup probe passed"
     flag.touch()
-    wait_for(lambda: _ready(cluster, namespace, "h"), 30, "ready once started")
+    wait_for(lambda: pod_ready(cluster.core, namespace, "h"), 30, "ready once started")
     p = read_pod(cluster.core, namespace, "h")
     assert p is not None and p.status.container_statuses[0].started

@@ -29,12 +29,12 @@ TMP_VOLUME, TMP_DIR = "tmp", "/tmp"
 # 10 s apart, each waiting up to 10 s for an answer (a stopped prover gives none), then 5 s of
 # grace, so that SIGKILL comes at most 65 s after a running prover stopped (55 s after the
 # start of one that stops in its first 20 s), and the finalizer release frees the GPU phase
-# it held. A live prover answers in microseconds and beats every
-# 2 s, so only a pulse that stood still for 30 s, or three answers missing 10 s each, kill it:
-# a busy CPU delays both by far less. The liveness probe starts 20 s after the container
-# (``LIVE_AFTER_S``): a prover that has not answered by its third probe, 40 s after its start,
-# is killed (its start takes seconds: importing kuzk-prover took 3.3-3.7 s on this project's
-# two-core machine beside eight busy loops). No startup probe: it would give the same grace
+# it held. A live prover answers in microseconds and beats every 2 s, so only a pulse that
+# stood still for 30 s, or three answers missing 10 s each, kill it: a busy CPU delays both
+# by far less. The liveness probe starts 20 s after the container (``LIVE_AFTER_S``): a
+# prover that has not answered by its third probe, 40 s after its start, is killed (its start
+# takes seconds: importing kuzk-prover took 3.3-3.7 s on this project's two-core machine
+# beside eight busy loops). No startup probe: it would give the same grace
 # at the cost of one more update of every pod's status (its containers' ``started``), which
 # the kubelet writes and every watcher of the pod, the operator first, reads.
 PROBE_PORT_NAME = "alive"
