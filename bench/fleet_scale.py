@@ -71,7 +71,7 @@ requests per attempt by verb, LISTs per sync (a sync is one pass of
 ``reconcile``, counted by ``bench/counted_operator.py``) and its peak RSS.
 
     .venv/bin/python bench/fleet_scale.py [--nodes 64] [--gpus 8] [--lanes 1] [--jobs 200]
-        [--rounds 1] [--job-first] [--in-flight N] [--shards 1] [--json out]
+        [--rounds 1] [--job-first] [--in-flight N] [--shards 1] [--json out] [--pprof DIR]
 
 Needs the control-plane binaries (``bash testenv/build``). Wall-clock figures move with
 the machine's load, printed with them; the counts per attempt are the point.
@@ -93,7 +93,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -382,7 +384,46 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep the operator's and stand-in's logs here")
+    parser.add_argument("--pprof", type=Path, default=None, metavar="DIR",
+                        help="write kube-apiserver's CPU profile of each phase here "
+                             "(SYSTEM-ROUND-N.pb.gz; read with `go tool pprof -top "
+                             "DIR/kuzk-*`)")
     return parser
+
+
+class ApiserverProfile:
+    """kube-apiserver's CPU profile through one phase, from Go's pprof handler
+    (``/debug/pprof/profile``, on by default): back-to-back samples of ``PROFILE_S`` seconds,
+    each written as ``DIR/PREFIX-N.pb.gz``, until ``stop`` (which waits for the last sample:
+    at most ``PROFILE_S``); ``go tool pprof`` merges them. A sample that fails is said once and
+    ends the sampling, never the run."""
+
+    PROFILE_S = 2
+
+    def __init__(self, plane: ControlPlane, context: ssl.SSLContext, out: Path,
+                 prefix: str) -> None:
+        self.url = f"{plane.server}/debug/pprof/profile?seconds={self.PROFILE_S}"
+        self.context, self.out, self.prefix = context, out, prefix
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, name=f"pprof {prefix}", daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        n = 0
+        while not self.stopped.is_set():
+            try:
+                with urllib.request.urlopen(self.url, context=self.context,
+                                            timeout=self.PROFILE_S + 30) as answer:
+                    (self.out / f"{self.prefix}-{n}.pb.gz").write_bytes(answer.read())
+            except OSError as error:
+                print(f"kube-apiserver's profile {self.prefix}-{n}: {error}; no more samples",
+                      file=sys.stderr, flush=True)
+                return
+            n += 1
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(self.PROFILE_S + 30)
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -640,6 +681,9 @@ class Bench:
         shard_cpu_start = [cpu_seconds(s.proc.pid) for s in shards if s.proc is not None]
         before = self.gauges()
         self.load[f"{system}_before"] = os.getloadavg()[0]
+        profile = (ApiserverProfile(plane, self.context, self.args.pprof,
+                                    f"{system}-{len(self.rounds[system])}")
+                   if self.args.pprof else None)
         try:
             phase = run_phase(self.cluster, system, jobs, self.partitions, self.args.timeout)
         except BaseException:
@@ -649,6 +693,9 @@ class Bench:
                 print(f"\nfailed; operator {s.name or ''} {state}; its log: {s.log}",
                       file=sys.stderr)
             raise
+        finally:
+            if profile is not None:
+                profile.stop()
         for s in shards:  # its counts of the whole phase: the file's next write
             wait_for(partial(rewritten, s.counts_file, s.counts_file.stat().st_mtime_ns),
                      10, "the operator's counts after the phase", 0.1)
@@ -807,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kuzk-fleet-") as tmp, contextlib.ExitStack() as stack:
         logs = args.log_dir or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
+        if args.pprof:
+            args.pprof.mkdir(parents=True, exist_ok=True)
         bench = Bench(args, stack, Path(tmp), logs)
         print(f"control plane, {args.nodes} nodes, stand-in and operator up in "
               f"{time.monotonic() - started:.0f}s", flush=True)

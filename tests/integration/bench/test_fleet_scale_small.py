@@ -23,12 +23,18 @@ def test_fleet_scale_small_runs_and_reports(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--nodes", "4", "--gpus", "2",
          "--lanes", "2", "--jobs", "4", "--work", "0.2", "0.4", "--timeout", "240", "--json",
-         str(out), "--log-dir", str(tmp_path / "logs"), "--job-first"],
+         str(out), "--log-dir", str(tmp_path / "logs"), "--job-first",
+         "--pprof", str(tmp_path / "pprof")],
         cwd=ROOT, capture_output=True, text=True, timeout=560,
     )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert "stand-in prover: NOT a real proof" in proc.stdout
     assert "completion-time ratio kuzk/job" in proc.stdout
+    assert "operator writes per attempt" in proc.stdout
+    # kube-apiserver's CPU profile of each phase, in Go's pprof format (gzipped protobuf)
+    for system in ("job", "kuzk"):
+        samples = sorted((tmp_path / "pprof").glob(f"{system}-0-*.pb.gz"))
+        assert samples and all(s.read_bytes()[:2] == b"\x1f\x8b" for s in samples), system
     result = json.loads(out.read_text())
     assert result["order"] == ["job", "kuzk"]
     kuzk, job, operator = result["kuzk"], result["job"], result["operator"]
