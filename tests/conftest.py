@@ -28,11 +28,13 @@ from testenv.waiting import wait_for
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the groups into node IDs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the control-plane tests ``cluster``, and group the tests for ``pytest -n 2
+    """Mark the control-plane tests ``cluster``, and group the tests for ``pytest -n 3
     --dist loadgroup`` (what ``scripts/test`` runs) by the session control plane they share:
-    the e2e tier on one worker's, the other tests that use ``cluster`` on the other's, each
-    group in file order. Tests that start a control plane of their own (the small benchmarks)
-    and unit tests go wherever a worker is free."""
+    the e2e tier on one worker's; the long tests (``worker("long")``: they wait on probes,
+    deadlines and containers more than they compute) on another's; the other tests that use
+    ``cluster`` on the third's, each group in file order. A test marked ``worker("e2e")``
+    joins the e2e tier's. Tests that start a control plane of their own (the small
+    benchmarks) and unit tests go wherever a worker is free."""
     for item in items:
         tier = item.path.relative_to(config.rootpath).parts[1:2]
         # Every test that starts a control plane (the session's through the ``cluster``
@@ -40,9 +42,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # marked ``cluster``, so ``-m "not cluster"`` is the unit tier and starts none.
         if tier != ("unit",) or "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
-        # A few long control-plane tests run on the e2e tier's worker, which has the time:
-        # the two workers then end at about the same moment.
-        if tier in (("e2e",), ("kind",)) or item.get_closest_marker("e2e_worker"):
+        # The three workers then end at about the same moment (two cores: the long tests'
+        # waits leave the CPU to the other two).
+        worker = item.get_closest_marker("worker")
+        if worker is not None:
+            item.add_marker(pytest.mark.xdist_group(worker.args[0]))
+        elif tier in (("e2e",), ("kind",)):
             item.add_marker(pytest.mark.xdist_group("e2e"))
         elif "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("cluster"))

@@ -17,7 +17,9 @@ from testenv.waiting import wait_for
 from tests.integration.helpers import DOWNWARD, read_pod, wait_gone, wait_phase
 
 # The first test may build the images from a cold cache (minutes on a small machine).
-pytestmark = pytest.mark.timeout(1500)
+# Containers through podman, mostly waiting on them: on the long tests' worker
+# (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.worker("long")]
 
 IN_CLUSTER = """
 import json, os, sys

@@ -29,7 +29,9 @@ from tests.integration.operator.conftest import (
 )
 
 # The first test may build the images from a cold cache (minutes on a small machine).
-pytestmark = pytest.mark.timeout(1500)
+# Containers through podman, mostly waiting on them: on the long tests' worker
+# (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.worker("long")]
 
 SECRET = "regcred"
 REFUSED = "unauthorized: authentication required"  # the registry's answer to no credentials

@@ -31,6 +31,10 @@ from tests.integration.operator.conftest import (
     wait_job,
 )
 
+# Mostly waiting out API server outages and deadlines: on the long tests' worker
+# (tests/conftest.py).
+pytestmark = pytest.mark.worker("long")
+
 OUTAGE_S = 10
 
 

@@ -42,9 +42,9 @@ from tests.integration.operator.test_worker_truth import (
 )
 from tests.integration.status.server import running
 
-# Three and a half minutes, mostly waiting on probes and restarts: it runs on the e2e tier's
-# worker, which has the time (tests/conftest.py).
-pytestmark = pytest.mark.e2e_worker
+# Three and a half minutes, mostly waiting on probes and restarts: it runs on the long tests'
+# worker (tests/conftest.py).
+pytestmark = pytest.mark.worker("long")
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "foreign-prover"

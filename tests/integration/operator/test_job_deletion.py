@@ -23,6 +23,10 @@ from tests.integration.operator.conftest import (
     proofjob,
 )
 
+# Mostly waiting on pods' grace periods and the garbage collector: on the long tests'
+# worker (tests/conftest.py).
+pytestmark = pytest.mark.worker("long")
+
 NAME = "doomed"
 
 

@@ -21,8 +21,8 @@ from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import InProcessOperator, proofjob
 
-# A minute of its own: it runs on the e2e tier's worker (tests/conftest.py).
-pytestmark = pytest.mark.e2e_worker
+# A minute of its own: it runs on the long tests' worker (tests/conftest.py).
+pytestmark = pytest.mark.worker("long")
 
 JOBS, BATCH, WARMUP = 600, 100, 200
 

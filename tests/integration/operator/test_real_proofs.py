@@ -39,7 +39,7 @@ from tests.integration.operator.test_worker_truth import (
 from tests.integration.status.server import StatusServer, running
 
 # It runs on the e2e tier's worker (tests/conftest.py), which has the time.
-pytestmark = pytest.mark.e2e_worker
+pytestmark = pytest.mark.worker("e2e")
 
 MINER = 1000
 # Set to 1 to run the PoRep C2 and SnapDeals proofs too (minutes each).

@@ -4,8 +4,8 @@ its first attempt, with no prover killed by its probes (the kubelet's ``Killing`
 no attempt retried. The provers run long enough under the load for their liveness probes to
 ask (they start 20 s after a container: ``kuzk.operator.decide.pods.LIVE_AFTER_S``).
 
-It saturates the whole test machine for about 40 s, the other worker's tests too: it
-runs on the e2e tier's worker (tests/conftest.py), whose tests wait more than they compute.
+It saturates the whole test machine for about 40 s, the other workers' tests too: it runs
+on the long tests' worker (tests/conftest.py), whose tests wait more than they compute.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from testenv.cluster import Cluster
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
 from tests.integration.operator.test_worker_truth import REAL_PROVER
 
-pytestmark = pytest.mark.e2e_worker
+pytestmark = pytest.mark.worker("long")
 
 @pytest.fixture
 def busy_loops() -> Iterator[list[subprocess.Popen[bytes]]]:

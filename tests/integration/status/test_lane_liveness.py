@@ -28,8 +28,8 @@ from tests.integration.operator.conftest import Plan, apply_job, proofjob, wait_
 from tests.integration.operator.test_worker_truth import Gates
 from tests.integration.status.server import StatusServer
 
-# Mostly waiting on the probes' periods: it runs on the e2e tier's worker (tests/conftest.py).
-pytestmark = pytest.mark.e2e_worker
+# Mostly waiting on the probes' periods: it runs on the long tests' worker (tests/conftest.py).
+pytestmark = pytest.mark.worker("long")
 
 HANDOVER_S = 90.0
 log = logging.getLogger(__name__)
