@@ -152,6 +152,17 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
              "four lanes, two of each shard, on one GPU, each synthesizing")
     b_lanes = of(SHARD_B)
 
+    def job_b_synthesizing() -> bool:
+        job = custom.get_namespaced_custom_object(api.GROUP, api.VERSION, second_namespace,
+                                                  api.PROOFJOB_PLURAL, f"job-{SHARD_B}")
+        parts = (job.get("status") or {}).get("partitions") or []
+        return len(parts) == 2 and all(p.get("state") == api.SYNTHESIZING for p in parts)
+
+    # Shard b's own status of its job trails its lanes (kuzk.operator.controller.STAGE_SECONDS):
+    # once it has caught up, nothing of shard b's writes to the job while its lanes hold still,
+    # so any write to it below would be shard a's.
+    wait_for(job_b_synthesizing, 60, "shard b's job status to show its lanes synthesizing")
+
     # A's pod stops (SIGSTOP): it is not ready within seconds, and shard a sweeps the GPU to
     # mark its lane, seeing no pod of shard b's in its cache.
     (stopped_uid, _), *_ = sorted(of(SHARD_A).items())
