@@ -85,20 +85,7 @@ def report(result: Obj) -> None:
             print(f"       {s['watch_relists']} watch relists: events missed meanwhile arrived "
                   "late, lags are underestimated")
     if rounds > 1:
-        # Each round's own ratios of CPU per attempt beside its completion ratio: the medians
-        # below are each system's, taken apart, and may pair different rounds.
-        print(f"\n{'round':<6} {'kuzk s':>8} {'job s':>8} {'ratio':>6} {'api':>6} {'op/kcm':>6} "
-              f"{'kubelet':>7}  first")
-        order = result["order"]
-        per_round = result["per_attempt_rounds"]
-        for i, (ks, js, r) in enumerate(zip(result["seconds"][KUZK], result["seconds"][JOB],
-                                            result["round_ratios"], strict=True)):
-            fk, fj = per_round[KUZK][i], per_round[JOB][i]
-            api_r = _ratio(fk.get("cpu_ms|kube-apiserver"), fj.get("cpu_ms|kube-apiserver"))
-            op_r = _ratio(fk.get(f"cpu_ms|{OPERATOR}"), fj.get("cpu_ms|kube-controller-manager"))
-            kub_r = _ratio(fk.get("cpu_ms|kubelets"), fj.get("cpu_ms|kubelets"))
-            print(f"{i + 1:<6} {ks:>8.1f} {js:>8.1f} {r:>6.2f} {_fmt(api_r):>6} {_fmt(op_r):>6} "
-                  f"{_fmt(kub_r):>7}  {order[i % 2]}")
+        _rounds(result)
     ratio = result["completion_ratio"]
     median = " (median of the rounds)" if rounds > 1 else ""
     print(f"\ncompletion-time ratio kuzk/job{median} {ratio:.2f} "
@@ -124,6 +111,25 @@ def report(result: Obj) -> None:
     stale = result["stale_writes_refused"]
     print(f"stale writes refused (the WorkerStatuses' staleWritesRejected, every writer): "
           f"{stale[KUZK]} in the ProofJob phases, {stale[JOB]} in the Job phases")
+
+
+def _rounds(result: Obj) -> None:
+    """Each round's seconds and completion ratio, and its own ratios of CPU per attempt: the
+    API server's, the operator's against kube-controller-manager's, the kubelets'."""
+    # The per-attempt medians the report prints are each system's, taken apart, and may
+    # pair different rounds.
+    print(f"\n{'round':<6} {'kuzk s':>8} {'job s':>8} {'ratio':>6} {'api':>6} {'op/kcm':>6} "
+          f"{'kubelet':>7}  first")
+    order = result["order"]
+    per_round = result["per_attempt_rounds"]
+    for i, (ks, js, r) in enumerate(zip(result["seconds"][KUZK], result["seconds"][JOB],
+                                        result["round_ratios"], strict=True)):
+        fk, fj = per_round[KUZK][i], per_round[JOB][i]
+        api_r = _ratio(fk.get("cpu_ms|kube-apiserver"), fj.get("cpu_ms|kube-apiserver"))
+        op_r = _ratio(fk.get(f"cpu_ms|{OPERATOR}"), fj.get("cpu_ms|kube-controller-manager"))
+        kub_r = _ratio(fk.get("cpu_ms|kubelets"), fj.get("cpu_ms|kubelets"))
+        print(f"{i + 1:<6} {ks:>8.1f} {js:>8.1f} {r:>6.2f} {_fmt(api_r):>6} {_fmt(op_r):>6} "
+              f"{_fmt(kub_r):>7}  {order[i % 2]}")
 
 
 def _per_attempt(result: Obj) -> None:

@@ -54,7 +54,7 @@ from fleet_projection import (  # noqa: E402
     Fleet,
     projection,
 )
-from fleet_report import _shards  # noqa: E402
+from fleet_report import _rounds, _shards  # noqa: E402
 
 OPERATOR_USER = "system:serviceaccount:kuzk-bench:bench-kuzk-operator"
 PROVER_USER = "system:serviceaccount:kuzk-bench:kuzk-prover"
@@ -387,3 +387,22 @@ def test_the_report_prints_each_shards_cpu_beside_the_whole(
     assert any("written by another than their own shard: 0 (goal 0): met" in line
                for line in lines)
     assert any("more than one pod: 0 (goal 0): met" in line for line in lines)
+
+
+def test_the_rounds_table_gives_each_rounds_own_cpu_ratios(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The medians of each system's figures may pair different rounds; each round's ratios
+    are printed beside its completion ratio."""
+    kuzk = [{"cpu_ms|kube-apiserver": 90.0, "cpu_ms|operator": 12.0, "cpu_ms|kubelets": 30.0},
+            {"cpu_ms|kube-apiserver": 80.0, "cpu_ms|operator": 10.0, "cpu_ms|kubelets": 24.0}]
+    job = [{"cpu_ms|kube-apiserver": 50.0, "cpu_ms|kube-controller-manager": 6.0,
+            "cpu_ms|kubelets": 25.0},
+           {"cpu_ms|kube-apiserver": 40.0, "cpu_ms|kube-controller-manager": 5.0,
+            "cpu_ms|kubelets": 24.0}]
+    _rounds({"order": ["kuzk", "job"], "seconds": {"kuzk": [30.0, 28.0], "job": [15.0, 14.0]},
+             "round_ratios": [2.0, 2.0], "per_attempt_rounds": {"kuzk": kuzk, "job": job}})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["round", "kuzk", "s", "job", "s", "ratio", "api", "op/kcm",
+                                "kubelet", "first"]
+    assert lines[2].split() == ["1", "30.0", "15.0", "2.00", "1.80", "2.00", "1.20", "kuzk"]
+    assert lines[3].split() == ["2", "28.0", "14.0", "2.00", "2.00", "2.00", "1.00", "job"]
