@@ -113,6 +113,20 @@ def report(result: Obj) -> None:
           f"{stale[KUZK]} in the ProofJob phases, {stale[JOB]} in the Job phases")
 
 
+# The CPU per attempt each comparison sets side by side: kuzk's process's, the Job run's.
+CPU_PAIRS = {"operator": (f"cpu_ms|{OPERATOR}", "cpu_ms|kube-controller-manager"),
+             "apiserver": ("cpu_ms|kube-apiserver", "cpu_ms|kube-apiserver"),
+             "kubelets": ("cpu_ms|kubelets", "cpu_ms|kubelets")}
+
+
+def _cpu_pair(fk: Obj, fj: Obj, which: str) -> tuple[float | None, float | None, float | None]:
+    """kuzk's and the Job run's CPU per attempt for ``which`` (``CPU_PAIRS``), and their
+    ratio."""
+    k, j = CPU_PAIRS[which]
+    kuzk, job = fk.get(k), fj.get(j)
+    return kuzk, job, _ratio(kuzk, job)
+
+
 def _rounds(result: Obj) -> None:
     """Each round's seconds and completion ratio, and its own ratios of CPU per attempt: the
     API server's, the operator's against kube-controller-manager's, the kubelets'."""
@@ -124,10 +138,8 @@ def _rounds(result: Obj) -> None:
     per_round = result["per_attempt_rounds"]
     for i, (ks, js, r) in enumerate(zip(result["seconds"][KUZK], result["seconds"][JOB],
                                         result["round_ratios"], strict=True)):
-        fk, fj = per_round[KUZK][i], per_round[JOB][i]
-        api_r = _ratio(fk.get("cpu_ms|kube-apiserver"), fj.get("cpu_ms|kube-apiserver"))
-        op_r = _ratio(fk.get(f"cpu_ms|{OPERATOR}"), fj.get("cpu_ms|kube-controller-manager"))
-        kub_r = _ratio(fk.get("cpu_ms|kubelets"), fj.get("cpu_ms|kubelets"))
+        api_r, op_r, kub_r = (_cpu_pair(per_round[KUZK][i], per_round[JOB][i], which)[2]
+                              for which in ("apiserver", "operator", "kubelets"))
         print(f"{i + 1:<6} {ks:>8.1f} {js:>8.1f} {r:>6.2f} {_fmt(api_r):>6} {_fmt(op_r):>6} "
               f"{_fmt(kub_r):>7}  {order[i % 2]}")
 
@@ -234,8 +246,7 @@ def _kind_order(kind: str) -> int:
 
 def _comparisons(result: Obj) -> None:
     fk, fj = result["per_attempt"][KUZK], result["per_attempt"][JOB]
-    op_cpu, kcm_cpu = fk.get(f"cpu_ms|{OPERATOR}"), fj.get("cpu_ms|kube-controller-manager")
-    r_op = _ratio(op_cpu, kcm_cpu)
+    op_cpu, kcm_cpu, r_op = _cpu_pair(fk, fj, "operator")
     print("\nagainst kube-controller-manager's job controller")
     op_w, jc_w = total(fk, "writes", who=OPERATOR.__eq__), total(fj, "writes", who=own_writer(JOB))
     r_w = _ratio(op_w, jc_w)
@@ -254,14 +265,12 @@ def _comparisons(result: Obj) -> None:
           f"Job pod {_fmt(kcm_cpu, '.1f')} ms: {_fmt(r_op)}x "
           f"(goal <= {GOALS['operator_cpu_vs_kcm']:g}x): "
           f"{_verdict(None if r_op is None else r_op <= GOALS['operator_cpu_vs_kcm'])}")
-    api_k, api_j = fk.get("cpu_ms|kube-apiserver"), fj.get("cpu_ms|kube-apiserver")
-    r_api = _ratio(api_k, api_j)
+    api_k, api_j, r_api = _cpu_pair(fk, fj, "apiserver")
     print(f"  kube-apiserver CPU per attempt for kuzk's whole system {_fmt(api_k, '.1f')} ms, "
           f"for the Job run {_fmt(api_j, '.1f')} ms: {_fmt(r_api)}x "
           f"(goal <= {GOALS['apiserver_cpu_vs_job']:g}x): "
           f"{_verdict(None if r_api is None else r_api <= GOALS['apiserver_cpu_vs_job'])}")
-    kub_k, kub_j = fk.get("cpu_ms|kubelets"), fj.get("cpu_ms|kubelets")
-    r_kub = _ratio(kub_k, kub_j)
+    kub_k, kub_j, r_kub = _cpu_pair(fk, fj, "kubelets")
     print(f"  kubelets' CPU per attempt (probes included) {_fmt(kub_k, '.1f')} ms, per Job pod"
           f" {_fmt(kub_j, '.1f')} ms: {_fmt(r_kub)}x (goal <= {GOALS['kubelet_cpu_vs_job']:g}x):"
           f" {_verdict(None if r_kub is None else r_kub <= GOALS['kubelet_cpu_vs_job'])}")
