@@ -25,6 +25,7 @@ from tests.integration.operator.test_worker_truth import REAL_PROVER
 
 pytestmark = pytest.mark.worker("long")
 
+
 @pytest.fixture
 def busy_loops() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Two busy loops per core, at the provers' own priority, until the test ends."""

@@ -152,10 +152,12 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
              "four lanes, two of each shard, on one GPU, each synthesizing")
     b_lanes = of(SHARD_B)
 
+    def read_job_b() -> dict[str, Any]:
+        return dict(custom.get_namespaced_custom_object(
+            api.GROUP, api.VERSION, second_namespace, api.PROOFJOB_PLURAL, f"job-{SHARD_B}"))
+
     def job_b_synthesizing() -> bool:
-        job = custom.get_namespaced_custom_object(api.GROUP, api.VERSION, second_namespace,
-                                                  api.PROOFJOB_PLURAL, f"job-{SHARD_B}")
-        parts = (job.get("status") or {}).get("partitions") or []
+        parts = (read_job_b().get("status") or {}).get("partitions") or []
         return len(parts) == 2 and all(p.get("state") == api.SYNTHESIZING for p in parts)
 
     # Shard b's own status of its job trails its lanes (kuzk.operator.controller.STAGE_SECONDS):
@@ -179,15 +181,13 @@ def test_two_shards_share_a_gpu_and_each_touches_only_its_own_jobs(
         # Shard a restarts: it lists again and sweeps the GPU at once (its pod is not live).
         before = sweeps(ports[SHARD_A])
         operators[SHARD_A].stop(signal.SIGKILL)
-        job_b = custom.get_namespaced_custom_object(api.GROUP, api.VERSION, second_namespace,
-                                                    api.PROOFJOB_PLURAL, f"job-{SHARD_B}")
+        job_b = read_job_b()
         operators[SHARD_A] = shard(SHARD_A)
         wait_for(lambda: _quietly(sweeps, ports[SHARD_A]) >= 1, 60,
                  "the restarted shard a to sweep the GPU")
         assert before >= 1
         assert of(SHARD_B) == b_lanes, "shard a's restart left shard b's lanes as they were"
-        again = custom.get_namespaced_custom_object(api.GROUP, api.VERSION, second_namespace,
-                                                    api.PROOFJOB_PLURAL, f"job-{SHARD_B}")
+        again = read_job_b()
         assert again["metadata"]["resourceVersion"] == job_b["metadata"]["resourceVersion"], (
             "shard a's restart did not touch shard b's job")
     finally:
