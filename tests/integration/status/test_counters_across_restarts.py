@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -26,6 +27,10 @@ from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, get_job, proofjob, wait_job
 from tests.integration.status.server import start
 from tests.integration.workers.conftest import create_worker_status, delete_worker_status
+
+# It mostly waits on Prometheus' scrapes and windows: on the long tests' worker
+# (tests/conftest.py), which the other control-plane tests' worker outlasted by a minute.
+pytestmark = pytest.mark.worker("long")
 
 COMPLETED = 'sum(kuzk_partitions_completed_total{proof_kind="snap-update"})'
 STALE = "sum(kuzk_stale_worker_writes_rejected_total)"
