@@ -88,7 +88,10 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/kuzk
 ENV PATH=/opt/kuzk/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
+# pyproject.toml names README.md as the package's readme; the images get a one-line one, so
+# that a change of the docs rebuilds neither image (README.md is not among their inputs).
+COPY pyproject.toml constraints.txt ./
+RUN echo 'kuzk: see the project README.' > README.md
 COPY operator ./operator
 COPY prover_image/kuzk_prover ./prover_image/kuzk_prover
 
