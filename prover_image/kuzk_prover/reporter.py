@@ -32,6 +32,7 @@ from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Memory, d
 from kuzk.contract.workerstatus.lane_model import LaneStage
 from kuzk.contract.workerstatus.lanes import ACQUIRE_STAGE, REPORTED_STAGES
 from kuzk.contract.workerstatus.writes import (
+    Seen,
     WorkerStatusMissing,
     WorkerWriteConflict,
     acquire,
@@ -121,6 +122,7 @@ class ProverReporter:
         self._gone = False  # a write found the lane removed: nothing is left to leave
         self._quiet = threading.Event()  # set: no more stage writes
         self._joined_in: LaneStage | None = None  # the stage its join wrote
+        self.seen = Seen()  # its last read or written version: its later reads are the cache's
 
     @classmethod
     def for_pod(
@@ -198,7 +200,7 @@ class ProverReporter:
         gpu = self.gpu(device)
         self.worker_status = self._persist(
             "join", lambda: join(self.api, self.node, gpu, self.assignment, memory=self.measure,
-                                 stage=stage),
+                                 stage=stage, seen=self.seen),
             missing_s=wait_s,
         )
         self._joined_in = stage
@@ -225,7 +227,7 @@ class ProverReporter:
                 or stage_name == self._joined_in):
             return
         self._write("stage", lambda: stage(self.api, self._name(), self.assignment, stage_name,
-                                           memory=self.measure()))
+                                           memory=self.measure(), seen=self.seen))
 
     @contextlib.contextmanager
     def gpu_phase(self, device_bytes: int = 0) -> Iterator[None]:
@@ -252,7 +254,7 @@ class ProverReporter:
         result = self._best_effort(
             "acquire",
             lambda: acquire(self.api, self._name(), self.assignment, wait_s=self.gpu_wait,
-                            memory=lambda: self.measure(device_bytes)),
+                            memory=lambda: self.measure(device_bytes), seen=self.seen),
             "acquiring the GPU phase",
             "proving on without it",
         )
@@ -276,7 +278,8 @@ class ProverReporter:
         """Give up the GPU's phase this lane holds (best effort, like every write)."""
         given = self._best_effort(
             "GPU release",
-            lambda: release_gpu(self.api, self._name(), self.assignment, memory=self.measure()),
+            lambda: release_gpu(self.api, self._name(), self.assignment, memory=self.measure(),
+                                seen=self.seen),
             "giving up the GPU phase",
             "the operator's finalizer release will",
         )
@@ -298,7 +301,7 @@ class ProverReporter:
         self._quiet.set()
         left = self._best_effort(
             "leave",
-            lambda: leave(self.api, self._name(), self.assignment, outcome),
+            lambda: leave(self.api, self._name(), self.assignment, outcome, seen=self.seen),
             "release",
             "the operator's finalizer release will do it",
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract import api
 from kuzk.contract.workerstatus import worker_status_name
@@ -150,6 +151,45 @@ def test_a_lane_writes_nothing_between_its_stage_changes(
         assert reporter.acquire() is Acquired.GRANTED
         assert len(changes(admin, name, version, 1)) == 1, "the next stage is one write"
     assert w0(admin, name)["completed"] == 1
+
+
+def etcd_reads(admin: client.ApiClient) -> float:
+    """How many WorkerStatus reads kube-apiserver has made from etcd (its own counter)."""
+    method, url, headers, _, _ = admin.param_serialize("GET", "/metrics",
+                                                       auth_settings=["BearerToken"])
+    response: Any = admin.call_api(method, url, headers)
+    response.read()
+    return sum(s.value for family in text_string_to_metric_families(response.data.decode())
+               for s in family.samples
+               if s.name == "etcd_requests_total" and s.labels.get("operation") == "get"
+               and s.labels.get("resource") == api.WORKERSTATUS_PLURAL)
+
+
+def test_after_its_join_a_lane_reads_from_the_watch_cache_and_sees_its_own_writes(
+    cluster: Cluster, admin: client.ApiClient, worker_status: Callable[[], str]
+) -> None:
+    """The join reads the latest from etcd; the acquire, the GPU release and the leave each
+    read the API server's watch cache at the lane's last written version or later (no etcd
+    read), and each decides on what the lane wrote before it. A write of another lane in
+    between is seen too (the cache answers with its latest, not the version asked for): no
+    409, whose retry would have read etcd."""
+    node = worker_status()
+    env = pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-eeee")
+    reporter = ProverReporter.from_env(env)
+    other = ProverReporter.from_env(
+        pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-eeee", POD_NAME="snap-p9-a1"))
+    name = reporter.join()
+    before = etcd_reads(admin)
+    assert reporter.acquire() is Acquired.GRANTED
+    other.join()
+    reporter.release_gpu()
+    assert reporter.release("succeeded") is True
+    assert etcd_reads(admin) == before + 1, "the other lane's join read etcd; this lane's none"
+    worker = w0(admin, name)
+    assert "holder" not in worker and worker["completed"] == 1
+    assert [lane["pod"]["name"] for lane in worker["lanes"]] == ["snap-p9-a1"]
+    assert read_worker_status(admin, name)["status"].get("staleWritesRejected", 0) == 0
+    assert other.release("succeeded") is True
 
 
 def test_join_waits_for_its_node(
