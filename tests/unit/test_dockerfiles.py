@@ -135,7 +135,8 @@ def test_each_image_installs_the_project_with_its_extra_at_the_tested_versions()
     """The operator's image gets the ``operator`` extra, the prover's the ``prover`` extra,
     both from the repository root (as CI installs it) and both constrained by
     constraints.txt; their shared stage copies what pyproject.toml and the constraints
-    need."""
+    need, and writes the readme pyproject.toml names rather than copying it (the docs are
+    not an input of the images: ``testenv/images`` hashes no README)."""
     installs = _installs()
     assert set(installs) == {"build-operator", "build-prover"}, installs
     for stage, extra in (("build-operator", "operator"), ("build-prover", "prover")):
@@ -150,7 +151,11 @@ def test_each_image_installs_the_project_with_its_extra_at_the_tested_versions()
         if keyword == "COPY" and not args.startswith("--from")
         for source in args.split()[:-1]
     }
-    needed = {"pyproject.toml", "constraints.txt", PYPROJECT["project"]["readme"]}
+    readme = PYPROJECT["project"]["readme"]
+    assert readme not in copied
+    assert any(keyword == "RUN" and args.endswith(f"> {readme}")
+               for keyword, args in _stages()["build"]), "the build stage writes no readme"
+    needed = {"pyproject.toml", "constraints.txt"}
     needed |= set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
     missing = {
         path
