@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from testenv.cluster import Cluster
 from testenv.waiting import wait_for
 from tests.integration.operator.conftest import Plan, apply_job, get_job, proofjob, wait_job
+
+# They mostly wait on the peering's lifetimes: on the long tests' worker (tests/conftest.py),
+# which the other control-plane tests' worker outlasted by a minute.
+pytestmark = pytest.mark.worker("long")
 
 RESUMED = "Resuming operations after the pause"
 PAUSED = "paused by a higher-priority peer"
