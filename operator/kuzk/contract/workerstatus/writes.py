@@ -83,13 +83,14 @@ class Seen:
     version: str = ""
 
 
-def _read(api: client.ApiClient, name: str, not_older_than: str) -> dict[str, Any]:
+def _read(objects: client.CustomObjectsApi, name: str, not_older_than: str) -> dict[str, Any]:
     """WorkerStatus ``name``: the latest (a quorum read) or, given ``not_older_than``, the
     watch cache's, at that version or later."""
     if not not_older_than:
-        return cast(dict[str, Any], client.CustomObjectsApi(api).get_cluster_custom_object(
+        return cast(dict[str, Any], objects.get_cluster_custom_object(
             GROUP, VERSION, WORKERSTATUS_PLURAL, name, _request_timeout=_TIMEOUTS))
     # The typed method takes no resourceVersion: the same GET with it, over the same client.
+    api = objects.api_client
     request = api.param_serialize(
         "GET", f"/apis/{GROUP}/{VERSION}/{WORKERSTATUS_PLURAL}/{name}",
         query_params=[("resourceVersion", not_older_than)],
@@ -112,7 +113,7 @@ def _guarded(
     conflicts, deadline = 0, 0.0
     while True:
         try:
-            current = _read(api, name, seen.version if seen and not conflicts else "")
+            current = _read(objects, name, seen.version if seen and not conflicts else "")
             version = str((current.get("metadata") or {}).get("resourceVersion") or "")
             decision = decide(current.get("status") or {})
             if decision.status is not None:
