@@ -83,8 +83,11 @@ def test_a_quota_refusal_keeps_the_partition_pending_until_the_quota_is_raised(
     assert time.monotonic() - first > 3
     refusals = sum(_partition(job, i)["refusals"] for i in (0, 1))
     # Each refusal is logged just after the status write that records it: wait for the lines.
-    lines = wait_for(lambda: (found if len(found := _refusal_lines(operator.text(), 403))
-                              >= refusals else None), 10, "each recorded refusal logged")
+    def logged() -> list[str] | None:
+        lines = _refusal_lines(operator.text(), 403)
+        return lines if len(lines) >= refusals else None
+
+    lines = wait_for(logged, 10, "each recorded refusal logged")
     assert len(lines) <= refusals + 2  # two more if the next round refused since the read
     assert all("asking again in" in line for line in lines)
     events = cluster.core.list_namespaced_event(

@@ -153,13 +153,10 @@ def test_a_lane_writes_nothing_between_its_stage_changes(
     assert w0(admin, name)["completed"] == 1
 
 
-def etcd_reads(admin: client.ApiClient) -> float:
+def etcd_reads(cluster: Cluster) -> float:
     """How many WorkerStatus reads kube-apiserver has made from etcd (its own counter)."""
-    method, url, headers, _, _ = admin.param_serialize("GET", "/metrics",
-                                                       auth_settings=["BearerToken"])
-    response: Any = admin.call_api(method, url, headers)
-    response.read()
-    return sum(s.value for family in text_string_to_metric_families(response.data.decode())
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    return sum(s.value for family in text_string_to_metric_families(text)
                for s in family.samples
                if s.name == "etcd_requests_total" and s.labels.get("operation") == "get"
                and s.labels.get("resource") == api.WORKERSTATUS_PLURAL)
@@ -179,12 +176,12 @@ def test_after_its_join_a_lane_reads_from_the_watch_cache_and_sees_its_own_write
     other = ProverReporter.from_env(
         pod_env(cluster, node, NVIDIA_VISIBLE_DEVICES="GPU-eeee", POD_NAME="snap-p9-a1"))
     name = reporter.join()
-    before = etcd_reads(admin)
+    before = etcd_reads(cluster)
     assert reporter.acquire() is Acquired.GRANTED
     other.join()
     reporter.release_gpu()
     assert reporter.release("succeeded") is True
-    assert etcd_reads(admin) == before + 1, "the other lane's join read etcd; this lane's none"
+    assert etcd_reads(cluster) == before + 1, "the other lane's join read etcd; this lane's none"
     worker = w0(admin, name)
     assert "holder" not in worker and worker["completed"] == 1
     assert [lane["pod"]["name"] for lane in worker["lanes"]] == ["snap-p9-a1"]
