@@ -31,8 +31,8 @@ PROVER = ROOT / "prover_image" / "kuzk_prover"
 CORE = PROVER / "core"
 # The contract's modules that speak to the API server through the client; every other one is
 # a model or a rule, as pure as the decision.
-CONTRACT_CLIENT = [CONTRACT / "kubeconfig.py", CONTRACT / "listwatch.py", CONTRACT / "retry.py",
-                   CONTRACT / "workerstatus" / "writes.py"]
+CONTRACT_CLIENT = [CONTRACT / "kubeconfig.py", CONTRACT / "listwatch.py", CONTRACT / "rawjson.py",
+                   CONTRACT / "retry.py", CONTRACT / "workerstatus" / "writes.py"]
 # The WorkerStatus write protocol: the status server only reads.
 WRITES = ("kuzk.contract.workerstatus.decisions", "kuzk.contract.workerstatus.writes")
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from kuzk.contract import api, workerstatus
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
+from kuzk.contract.rawjson import MERGE_PATCH, call, create
 from kuzk.contract.workerstatus import decisions
 from kuzk.operator.decide.actions import (
     CreatePod,
@@ -43,7 +44,6 @@ from kuzk.operator.decide.policies.refused import POD_REFUSED, refusal, refusal_
 from kuzk.operator.decide.reconcile import reconcile
 from kuzk.operator.events import Poster
 from kuzk.operator.ledger_store import LedgerStore
-from kuzk.operator.rawjson import create
 from kuzk.operator.reclaim import CONFLICT_TRIES, Conflict, Reclaimer
 
 log = logging.getLogger("kuzk.operator.controller")
@@ -124,8 +124,6 @@ class Controller:
 
     def __post_init__(self) -> None:
         self.reclaimer = Reclaimer(self.api_client, self.clock, self.namespaces)
-        self.core = client.CoreV1Api(self.api_client)
-        self.custom = client.CustomObjectsApi(self.api_client)
         self._pool = ThreadPoolExecutor(max_workers=POD_CALLS_IN_FLIGHT,
                                         thread_name_prefix="kuzk-pods")
         # job UID -> when this operator last wrote the job's status (STAGE_SECONDS)
@@ -255,14 +253,11 @@ class Controller:
         """The 409 path: the cached job was stale; read that one object again."""
         md = job["metadata"]
         try:
-            fresh = self.custom.get_namespaced_custom_object(
-                api.GROUP, api.VERSION, md["namespace"], api.PROOFJOB_PLURAL, md["name"]
-            )
+            return call(self.api_client, "GET", _job_path(md))
         except ApiException as e:
             if e.status == 404:
                 raise JobGone(_name(job)) from None
             raise
-        return cast(Body, fresh)
 
     def _write_status(self, job: Body, status: dict[str, Any], moment: datetime) -> Body | None:
         """Write ``status`` unless the job shows it already, or it only brings progress that
@@ -281,9 +276,8 @@ class Controller:
             return None
         body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "status": status}
         try:
-            answer = self.custom.patch_namespaced_custom_object_status(
-                api.GROUP, api.VERSION, md["namespace"], api.PROOFJOB_PLURAL, md["name"], body
-            )
+            answer = call(self.api_client, "PATCH", _job_path(md) + "/status", body,
+                          content_type=MERGE_PATCH)
         except ApiException as e:
             if e.status == 409:
                 raise Conflict(md["name"]) from None
@@ -294,7 +288,7 @@ class Controller:
             self._written_at.pop(md.get("uid", ""), None)
         else:
             self._written_at[md.get("uid", "")] = moment
-        return cast(Body, answer)
+        return answer
 
     def _apply(
         self,
@@ -359,9 +353,9 @@ class Controller:
     def _delete(self, ns: str, action: DeletePod) -> bool:
         """Delete the pod decided on, and only it (its UID is the precondition); False when
         a namesake has replaced it (409): the decision was made on a pod that is gone."""
-        opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid))
+        opts = {"preconditions": {"uid": action.uid}}
         try:
-            self.core.delete_namespaced_pod(action.name, ns, body=opts)
+            call(self.api_client, "DELETE", f"/api/v1/namespaces/{ns}/pods/{action.name}", opts)
         except ApiException as e:
             if e.status == 409:
                 log.info("pod %s/%s was replaced before its delete (%s); deciding again",
@@ -380,16 +374,10 @@ class Controller:
             # What it counted stays counted (kuzk.contract.ledger), before it can be gone.
             self.ledger.fold([(md["uid"], proofjob_tally(job))])
         log.info("deleting ProofJob %s/%s: %s", md["namespace"], md["name"], action.reason)
-        opts = client.V1DeleteOptions(
-            propagation_policy="Background",
-            preconditions=client.V1Preconditions(uid=md["uid"],
-                                                 resource_version=md.get("resourceVersion")),
-        )
+        opts = {"propagationPolicy": "Background",
+                "preconditions": {"uid": md["uid"], "resourceVersion": md.get("resourceVersion")}}
         try:
-            self.custom.delete_namespaced_custom_object(
-                api.GROUP, api.VERSION, md["namespace"], api.PROOFJOB_PLURAL, md["name"],
-                body=opts,
-            )
+            call(self.api_client, "DELETE", _job_path(md), opts)
         except ApiException as e:
             if e.status == 409:
                 log.info("ProofJob %s/%s changed before its delete (%s); deciding again",
@@ -430,6 +418,12 @@ def _log_refusals(job: Body, refused: Mapping[int, Refusal], status: Mapping[str
             then = "the partition fails"
         log.warning("ProofJob %s partition %d attempt %s: %s; %s", _name(job), index,
                     entry.get("attempt"), entry.get("message") or refused[index].message, then)
+
+
+def _job_path(md: Mapping[str, Any]) -> str:
+    """The API path of the ProofJob with metadata ``md``."""
+    return (f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{md['namespace']}/"
+            f"{api.PROOFJOB_PLURAL}/{md['name']}")
 
 
 def _name(job: Mapping[str, Any]) -> str:

@@ -13,8 +13,8 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.rawjson import create
 from kuzk.operator.decide.actions import Event
-from kuzk.operator.rawjson import create
 
 log = logging.getLogger("kuzk.operator.events")
 EVENT_COMPONENT = "kuzk-operator"

@@ -14,17 +14,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.rawjson import JSON_PATCH, call
 from kuzk.contract.workerstatus import decisions, writes
 from kuzk.operator.decide.actions import ReleaseWorker
 from kuzk.operator.decide.observe import controller_of, is_deleting, release_action, worker_outcome
-from kuzk.operator.rawjson import as_body
 
 log = logging.getLogger("kuzk.operator.reclaim")
 ORPHAN_LOOK_SECONDS = 30.0
@@ -47,8 +47,6 @@ class Reclaimer:
         self.api_client = api_client
         self.clock = clock
         self.namespaces = frozenset(namespaces)
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
 
     # --- the finalizer -------------------------------------------------------------------
     def release(
@@ -91,7 +89,7 @@ class Reclaimer:
 
     def read_pod(self, ns: str, name: str) -> Body | None:
         try:
-            return as_body(self.core.read_namespaced_pod(name, ns, _preload_content=False))
+            return call(self.api_client, "GET", _pod_path(ns, name))
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -113,8 +111,8 @@ class Reclaimer:
                 {"op": "remove", "path": path},
             ]
             try:
-                return as_body(self.core.patch_namespaced_pod(
-                    meta["name"], ns, patch, _preload_content=False))
+                return call(self.api_client, "PATCH", _pod_path(ns, meta["name"]), patch,
+                            content_type=JSON_PATCH)
             except ApiException as e:
                 if e.status == 404:
                     return None
@@ -142,15 +140,13 @@ class Reclaimer:
             if owner is not None and self._job_exists(ns, owner):
                 return None
             log.info("deleting partition pod %s/%s: its ProofJob is gone", ns, name)
-            opts = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
+            opts = {"preconditions": {"uid": meta["uid"]}}
             try:
-                deleted = self.core.delete_namespaced_pod(name, ns, body=opts,
-                                                          _preload_content=False)
+                pod = call(self.api_client, "DELETE", _pod_path(ns, name), opts)
             except ApiException as e:
                 if e.status in (404, 409):
                     return None
                 raise
-            pod = as_body(deleted)
         action = release_action(pod, moment)
         if action is not None:
             self.release(ns, action, pod)
@@ -165,14 +161,13 @@ class Reclaimer:
         """Whether the pod's owner still exists: one read, only for a pod about to be deleted
         because the cache does not know its job."""
         try:
-            job = self.custom.get_namespaced_custom_object(
-                api.GROUP, api.VERSION, ns, api.PROOFJOB_PLURAL, owner.get("name", "")
-            )
+            job = call(self.api_client, "GET", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{ns}/"
+                                               f"{api.PROOFJOB_PLURAL}/{owner.get('name', '')}")
         except ApiException as e:
             if e.status == 404:
                 return False
             raise
-        return bool(cast(Body, job).get("metadata", {}).get("uid") == owner.get("uid"))
+        return bool(job.get("metadata", {}).get("uid") == owner.get("uid"))
 
     # --- workers -----------------------------------------------------------------------
     def sweep(
@@ -202,3 +197,7 @@ class Reclaimer:
             log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
                      " counters go to the ledger", name)
         return released
+
+
+def _pod_path(ns: str, name: str) -> str:
+    return f"/api/v1/namespaces/{ns}/pods/{name}"

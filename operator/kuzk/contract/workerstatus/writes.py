@@ -38,6 +38,7 @@ from kuzk.contract.api import (
     WorkerOutcome,
 )
 from kuzk.contract.clock import SYSTEM, Clock
+from kuzk.contract.rawjson import METADATA_ONLY, call
 from kuzk.contract.retry import Backoff
 from kuzk.contract.workerstatus import Gpu, decisions, legacy, parse, worker_status_name
 from kuzk.contract.workerstatus.decisions import Acquired, Assignment, Released, WriteDecision
@@ -83,21 +84,15 @@ class Seen:
     version: str = ""
 
 
-def _read(objects: client.CustomObjectsApi, name: str, not_older_than: str) -> dict[str, Any]:
+def _path(name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/{WORKERSTATUS_PLURAL}/{name}"
+
+
+def _read(api: client.ApiClient, name: str, not_older_than: str) -> dict[str, Any]:
     """WorkerStatus ``name``: the latest (a quorum read) or, given ``not_older_than``, the
     watch cache's, at that version or later."""
-    if not not_older_than:
-        return cast(dict[str, Any], objects.get_cluster_custom_object(
-            GROUP, VERSION, WORKERSTATUS_PLURAL, name, _request_timeout=_TIMEOUTS))
-    # The typed method takes no resourceVersion: the same GET with it, over the same client.
-    api = objects.api_client
-    request = api.param_serialize(
-        "GET", f"/apis/{GROUP}/{VERSION}/{WORKERSTATUS_PLURAL}/{name}",
-        query_params=[("resourceVersion", not_older_than)],
-        header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-    response: Any = api.call_api(*request, _request_timeout=_TIMEOUTS)
-    response.read()
-    return cast(dict[str, Any], api.response_deserialize(response, {"200": "object"}).data)
+    query = [("resourceVersion", not_older_than)] if not_older_than else []
+    return call(api, "GET", _path(name), query=query, timeout=_TIMEOUTS)
 
 
 def _guarded(
@@ -108,23 +103,15 @@ def _guarded(
     clock: Clock,
     seen: Seen | None = None,
 ) -> tuple[T, str]:
-    objects = client.CustomObjectsApi(api)
-    where = (GROUP, VERSION, WORKERSTATUS_PLURAL, name)
     conflicts, deadline = 0, 0.0
     while True:
         try:
-            current = _read(objects, name, seen.version if seen and not conflicts else "")
+            current = _read(api, name, seen.version if seen and not conflicts else "")
             version = str((current.get("metadata") or {}).get("resourceVersion") or "")
             decision = decide(current.get("status") or {})
             if decision.status is not None:
-                written = cast(
-                    dict[str, Any],
-                    objects.replace_cluster_custom_object_status(
-                        *where,
-                        {**current, "status": decision.status},
-                        _request_timeout=_TIMEOUTS,
-                    ),
-                )
+                written = call(api, "PUT", _path(name) + "/status",
+                               {**current, "status": decision.status}, timeout=_TIMEOUTS)
                 version = str((written.get("metadata") or {}).get("resourceVersion") or "")
         except ApiException as error:
             if error.status == 404:
@@ -392,7 +379,8 @@ def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
     garbage collector deletes it with the node); True if this call created it (False: a lane
     of the same GPU did first). Raises WorkerStatusMissing when the node does not exist."""
     try:
-        meta = client.CoreV1Api(api).read_node(node, _request_timeout=_TIMEOUTS).metadata
+        meta = call(api, "GET", f"/api/v1/nodes/{node}", accept=METADATA_ONLY,
+                    timeout=_TIMEOUTS).get("metadata") or {}
     except ApiException as error:
         if error.status == 404:
             msg = f"node {node} does not exist"
@@ -404,14 +392,14 @@ def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
         "metadata": {
             "name": worker_status_name(node, gpu.uuid),
             "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": meta.uid if meta else ""}
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": meta.get("uid", "")}
             ],
         },
         "spec": {"nodeName": node, "gpu": gpu.as_status()},
     }
     try:
-        client.CustomObjectsApi(api).create_cluster_custom_object(
-            GROUP, VERSION, WORKERSTATUS_PLURAL, body, _request_timeout=_TIMEOUTS)
+        call(api, "POST", f"/apis/{GROUP}/{VERSION}/{WORKERSTATUS_PLURAL}", body,
+             timeout=_TIMEOUTS)
     except ApiException as error:
         if error.status == 409:
             return False
