@@ -8,9 +8,12 @@ world; a steady-state sync reads only these and spends API calls on writes.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from kuzk.contract import api, workerstatus
+from kuzk.contract.listwatch import Shape
 from kuzk.contract.workerstatus.lanes import lane_views
 
 Body = dict[str, Any]
@@ -105,6 +108,56 @@ def slim(body: Mapping[str, Any]) -> Body:
     """The object as the caches keep it: without managedFields, which nothing reads."""
     meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
     return {**body, "metadata": meta}
+
+
+class PodMetadata(TypedDict, total=False):
+    """What the operator reads of a partition pod's metadata: all of it but managedFields."""
+
+    name: Any
+    generateName: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    generation: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+    deletionGracePeriodSeconds: Any
+    labels: Any
+    annotations: Any
+    ownerReferences: Any
+    finalizers: Any
+
+
+class PodSpec(TypedDict, total=False):
+    """What the operator reads of a partition pod's spec: where it was scheduled. Nothing
+    decides on the containers the operator wrote (the pod's name says its attempt)."""
+
+    nodeName: Any
+
+
+class Pod(TypedDict, total=False):
+    apiVersion: Any
+    kind: Any
+    metadata: PodMetadata
+    spec: PodSpec
+    status: Any
+
+
+class PodEvent(TypedDict, total=False):
+    type: Any
+    object: Pod
+
+
+class PodList(TypedDict, total=False):
+    metadata: Any
+    items: list[Pod]
+
+
+# The partition pods as the pod streams read them: only what the operator reads (``Pod``).
+# msgspec reads past the rest without building it: a pod's managedFields and container specs
+# are two thirds of its 9 kB, and decoding them whole cost 180 us of CPU an event in the
+# operator (0.55 s of its 3.9 s at 16 x 8 x 3), against 28 us read this way.
+POD_SHAPE = Shape(msgspec.json.Decoder(PodEvent).decode, msgspec.json.Decoder(PodList).decode)
 
 
 def worker_status_keys(body: Body) -> dict[Hashable, Body]:

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
-from kuzk.contract.listwatch import KubeClient, list_and_watch, params
-from kuzk.operator.caches import Body, Index, slim
+from kuzk.contract.listwatch import WHOLE, KubeClient, Shape, list_and_watch, params
+from kuzk.operator.caches import POD_SHAPE, Body, Index, slim
 from kuzk.operator.metrics import OperatorMetrics
 
 log = logging.getLogger("kuzk.operator.streams")
@@ -67,6 +67,7 @@ class Stream:
     index: Index
     deliver: Deliver
     namespace: str | None = None
+    shape: Shape = WHOLE
     metrics: OperatorMetrics | None = None
     on_first_list: Callable[[], None] = lambda: None
     listed_once: bool = False
@@ -159,7 +160,8 @@ class Streams:
 
         self.streams = [
             *(stream(PODS, f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods",
-                     pods, runtime.on_pod, params(POD_SELECTOR), namespace=ns)
+                     pods, runtime.on_pod, params(POD_SELECTOR), namespace=ns,
+                     shape=POD_SHAPE)
               for ns in pod_scopes),
             stream(WORKERSTATUSES, f"{crd}/{api.WORKERSTATUS_PLURAL}", worker_statuses,
                    on_worker_status, {}),
@@ -175,7 +177,7 @@ class Streams:
         self.stop()
         self._tasks = [
             asyncio.get_running_loop().create_task(
-                list_and_watch(self.kube, s.path, s.query, s, self.clock.wait, s.name),
+                list_and_watch(self.kube, s.path, s.query, s, self.clock.wait, s.name, s.shape),
                 name=f"kuzk stream {s.name}")
             for s in self.streams
         ]

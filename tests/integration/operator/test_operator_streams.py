@@ -18,7 +18,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuzk.contract import api
-from kuzk.contract.listwatch import KubeClient
+from kuzk.contract.listwatch import WHOLE, KubeClient, Shape
 from kuzk.operator.streams import PODS, Streams
 from testenv.cluster import Cluster
 from testenv.controlplane import free_port
@@ -80,10 +80,11 @@ def held_pod_lists(monkeypatch: pytest.MonkeyPatch) -> Any:
     release = threading.Event()
     real = KubeClient.list
 
-    async def held(self: KubeClient, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+    async def held(self: KubeClient, path: str, params: Mapping[str, str],
+                   shape: Shape = WHOLE) -> dict[str, Any]:
         if path.endswith("/pods"):
             await asyncio.to_thread(release.wait, 120)
-        return await real(self, path, params)
+        return await real(self, path, params, shape)
 
     monkeypatch.setattr(KubeClient, "list", held)
     yield release

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import orjson
 from kubernetes import client
 
 from kuzk.contract import api
-from kuzk.contract.listwatch import KubeClient
-from kuzk.operator.caches import Caches, Index, pod_keys, worker_status_keys
+from kuzk.contract.listwatch import WHOLE, KubeClient
+from kuzk.operator.caches import POD_SHAPE, Caches, Index, pod_keys, worker_status_keys
 from kuzk.operator.controller import Controller
 from kuzk.operator.decide.pods import PodSettings
 from kuzk.operator.runtime import Runtime
@@ -131,6 +132,28 @@ def test_partition_pods_are_selected_by_the_labels_the_pod_builder_sets_per_name
     assert POD_SELECTOR == "app.kubernetes.io/managed-by=kuzk,kuzk.io/job"
     assert [s.path for s in streams_of(Heard()).streams if s.resource == PODS] == [
         "/api/v1/pods"]
+
+
+def test_the_pod_streams_read_only_what_the_operator_reads_of_a_pod() -> None:
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+              "containerStatuses": [{"name": "prover", "state": {"running": {}}}]}
+    meta = {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+            "creationTimestamp": "2026-12-07T08:00:00Z", "labels": {api.LABEL_JOB: "j"},
+            "annotations": {"a": "b"}, "finalizers": [api.FINALIZER],
+            "ownerReferences": [{"kind": "ProofJob", "name": "j", "uid": "ju"}],
+            "deletionTimestamp": "2026-12-07T08:01:00Z", "deletionGracePeriodSeconds": 30}
+    whole = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {**meta, "managedFields": [{"manager": "kubelet", "fieldsV1": {}}]},
+             "spec": {"nodeName": "n1", "containers": [{"name": "prover", "env": []}]},
+             "status": status}
+    read = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": "n1"},
+            "status": status}
+    assert POD_SHAPE.event(orjson.dumps({"type": "MODIFIED", "object": whole})) == {
+        "type": "MODIFIED", "object": read}
+    listing = {"metadata": {"resourceVersion": "9"}, "items": [whole, whole]}
+    assert POD_SHAPE.listing(orjson.dumps(listing)) == {
+        "metadata": {"resourceVersion": "9"}, "items": [read, read]}
+    assert [s.shape for s in streams_of(Heard()).streams] == [POD_SHAPE, WHOLE]
 
 
 def test_the_operator_streams_no_nodes() -> None:
