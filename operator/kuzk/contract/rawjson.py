@@ -8,7 +8,7 @@ connection pool, credentials and errors)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import orjson
@@ -32,9 +32,11 @@ def call(
     content_type: str = "application/json",
     accept: str = "application/json",
     timeout: float | tuple[float, float] | None = None,
+    decode: Callable[[bytes], Any] = orjson.loads,
 ) -> Body:
     """``method`` on ``path`` (``/api/v1/namespaces/NS/pods``) with ``body``; the answer, as
-    plain JSON. A refusal raises ApiException, as the typed methods do."""
+    plain JSON (read by ``decode``: the whole of it, or what a reader keeps of it; ``unread``
+    for an answer nobody reads). A refusal raises ApiException, as the typed methods do."""
     # The body goes to the REST layer as it is (which encodes JSON with the standard
     # library's encoder): ``param_serialize`` would walk it to sanitize it first.
     headers = {"Accept": accept, **({"Content-Type": content_type} if body is not None else {})}
@@ -46,9 +48,9 @@ def call(
     response.read()
     if not 200 <= response.status <= 299:
         raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return cast(Body, orjson.loads(response.data))
+    return cast(Body, decode(response.data))
 
 
-def create(api_client: client.ApiClient, path: str, body: Any) -> Body:
-    """POST ``body`` to the collection at ``path`` and return the object created."""
-    return call(api_client, "POST", path, body)
+def unread(_: bytes) -> Body:
+    """An answer nobody reads (a created Event, a deleted object), left undecoded."""
+    return {}

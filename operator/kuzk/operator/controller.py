@@ -26,8 +26,9 @@ from kubernetes.client.exceptions import ApiException
 from kuzk.contract import api, workerstatus
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.ledger import proofjob_tally
-from kuzk.contract.rawjson import MERGE_PATCH, call, create
+from kuzk.contract.rawjson import MERGE_PATCH, call, unread
 from kuzk.contract.workerstatus import decisions
+from kuzk.operator.caches import decode_pod
 from kuzk.operator.decide.actions import (
     CreatePod,
     Decision,
@@ -341,7 +342,8 @@ class Controller:
         created it), or the Refusal when the API server refuses it (400 and 422 invalid,
         403 forbidden: Pod Security admission, a ResourceQuota, RBAC)."""
         try:
-            return create(self.api_client, f"/api/v1/namespaces/{ns}/pods", action.manifest)
+            return call(self.api_client, "POST", f"/api/v1/namespaces/{ns}/pods",
+                        action.manifest, decode=decode_pod)
         except ApiException as e:
             if e.status == 409:
                 return None
@@ -355,7 +357,8 @@ class Controller:
         a namesake has replaced it (409): the decision was made on a pod that is gone."""
         opts = {"preconditions": {"uid": action.uid}}
         try:
-            call(self.api_client, "DELETE", f"/api/v1/namespaces/{ns}/pods/{action.name}", opts)
+            call(self.api_client, "DELETE", f"/api/v1/namespaces/{ns}/pods/{action.name}", opts,
+                 decode=unread)
         except ApiException as e:
             if e.status == 409:
                 log.info("pod %s/%s was replaced before its delete (%s); deciding again",
@@ -377,7 +380,7 @@ class Controller:
         opts = {"propagationPolicy": "Background",
                 "preconditions": {"uid": md["uid"], "resourceVersion": md.get("resourceVersion")}}
         try:
-            call(self.api_client, "DELETE", _job_path(md), opts)
+            call(self.api_client, "DELETE", _job_path(md), opts, decode=unread)
         except ApiException as e:
             if e.status == 409:
                 log.info("ProofJob %s/%s changed before its delete (%s); deciding again",

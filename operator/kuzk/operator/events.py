@@ -13,7 +13,7 @@ from urllib3.exceptions import HTTPError
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
-from kuzk.contract.rawjson import create
+from kuzk.contract.rawjson import call, unread
 from kuzk.operator.decide.actions import Event
 
 log = logging.getLogger("kuzk.operator.events")
@@ -60,7 +60,8 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            create(self.api_client, f"/api/v1/namespaces/{md.get('namespace')}/events", body)
+            call(self.api_client, "POST", f"/api/v1/namespaces/{md.get('namespace')}/events",
+                 body, decode=unread)
         except (ApiException, HTTPError, OSError) as error:
             log.warning("could not post the Event %s on ProofJob %s/%s: %s", event.reason,
                         md.get("namespace"), md.get("name"),

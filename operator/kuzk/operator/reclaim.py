@@ -23,6 +23,7 @@ from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
 from kuzk.contract.rawjson import JSON_PATCH, call
 from kuzk.contract.workerstatus import decisions, writes
+from kuzk.operator.caches import decode_pod
 from kuzk.operator.decide.actions import ReleaseWorker
 from kuzk.operator.decide.observe import controller_of, is_deleting, release_action, worker_outcome
 
@@ -89,7 +90,7 @@ class Reclaimer:
 
     def read_pod(self, ns: str, name: str) -> Body | None:
         try:
-            return call(self.api_client, "GET", _pod_path(ns, name))
+            return call(self.api_client, "GET", _pod_path(ns, name), decode=decode_pod)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -112,7 +113,7 @@ class Reclaimer:
             ]
             try:
                 return call(self.api_client, "PATCH", _pod_path(ns, meta["name"]), patch,
-                            content_type=JSON_PATCH)
+                            content_type=JSON_PATCH, decode=decode_pod)
             except ApiException as e:
                 if e.status == 404:
                     return None
@@ -142,7 +143,8 @@ class Reclaimer:
             log.info("deleting partition pod %s/%s: its ProofJob is gone", ns, name)
             opts = {"preconditions": {"uid": meta["uid"]}}
             try:
-                pod = call(self.api_client, "DELETE", _pod_path(ns, name), opts)
+                pod = call(self.api_client, "DELETE", _pod_path(ns, name), opts,
+                           decode=decode_pod)
             except ApiException as e:
                 if e.status in (404, 409):
                     return None
