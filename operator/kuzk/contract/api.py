@@ -32,6 +32,14 @@ WORKERSTATUS_PLURAL = "workerstatuses"
 WORKERSTATUS_SINGULAR = "workerstatus"
 WORKERSTATUS_SHORT_NAME = "ws"
 CATEGORY = "kuzk"
+# The API server's paths of kuzk's resources.
+API_PATH = f"/apis/{API_VERSION}"
+WORKERSTATUSES_PATH = f"{API_PATH}/{WORKERSTATUS_PLURAL}"
+
+
+def proofjob_path(namespace: str, name: str) -> str:
+    """The API server's path of ProofJob ``namespace/name``."""
+    return f"{API_PATH}/namespaces/{namespace}/{PROOFJOB_PLURAL}/{name}"
 
 FINALIZER = "kuzk.io/release-worker"
 

@@ -424,9 +424,7 @@ def _log_refusals(job: Body, refused: Mapping[int, Refusal], status: Mapping[str
 
 
 def _job_path(md: Mapping[str, Any]) -> str:
-    """The API path of the ProofJob with metadata ``md``."""
-    return (f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{md['namespace']}/"
-            f"{api.PROOFJOB_PLURAL}/{md['name']}")
+    return api.proofjob_path(md["namespace"], md["name"])
 
 
 def _name(job: Mapping[str, Any]) -> str:

@@ -163,8 +163,7 @@ class Reclaimer:
         """Whether the pod's owner still exists: one read, only for a pod about to be deleted
         because the cache does not know its job."""
         try:
-            job = call(self.api_client, "GET", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{ns}/"
-                                               f"{api.PROOFJOB_PLURAL}/{owner.get('name', '')}")
+            job = call(self.api_client, "GET", api.proofjob_path(ns, owner.get("name", "")))
         except ApiException as e:
             if e.status == 404:
                 return False

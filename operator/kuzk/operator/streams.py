@@ -147,7 +147,6 @@ class Streams:
         self.runtime = runtime
         self._tasks: list[asyncio.Task[None]] = []
         self._announced = False
-        crd = f"/apis/{api.GROUP}/{api.VERSION}"
         pod_scopes: list[str | None] = list(namespaces) or [None]
 
         def stream(resource: str, path: str, index: Index, deliver: Deliver,
@@ -163,7 +162,7 @@ class Streams:
                      pods, runtime.on_pod, params(POD_SELECTOR), namespace=ns,
                      shape=POD_SHAPE)
               for ns in pod_scopes),
-            stream(WORKERSTATUSES, f"{crd}/{api.WORKERSTATUS_PLURAL}", worker_statuses,
+            stream(WORKERSTATUSES, api.WORKERSTATUSES_PATH, worker_statuses,
                    on_worker_status, {}),
         ]
 

@@ -38,7 +38,6 @@ class Target:
 def targets(namespaces: list[str], ledger: tuple[str, str] | None = None) -> list[Target]:
     """ProofJobs and partition pods per namespace (or all); WorkerStatuses and Nodes; the
     ledger's ConfigMap when there is one."""
-    crd = f"/apis/{api.GROUP}/{api.VERSION}"
 
     def scoped(resource: str, plural: str, base: str, selector: str | None) -> list[Target]:
         if not namespaces:
@@ -47,8 +46,8 @@ def targets(namespaces: list[str], ledger: tuple[str, str] | None = None) -> lis
                 for ns in namespaces]
 
     return [
-        *scoped(PROOFJOBS, api.PROOFJOB_PLURAL, crd, None),
-        Target(WORKERSTATUSES, f"{crd}/{api.WORKERSTATUS_PLURAL}"),
+        *scoped(PROOFJOBS, api.PROOFJOB_PLURAL, api.API_PATH, None),
+        Target(WORKERSTATUSES, api.WORKERSTATUSES_PATH),
         *scoped(PODS, "pods", "/api/v1", POD_SELECTOR),
         Target(NODES, "/api/v1/nodes"),
         *([Target(LEDGER, f"/api/v1/namespaces/{ledger[0]}/configmaps", ledger[0],

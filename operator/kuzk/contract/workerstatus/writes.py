@@ -35,6 +35,7 @@ from kuzk.contract.api import (
     VERSION,
     WORKERSTATUS_KIND,
     WORKERSTATUS_PLURAL,
+    WORKERSTATUSES_PATH,
     WorkerOutcome,
 )
 from kuzk.contract.clock import SYSTEM, Clock
@@ -85,7 +86,7 @@ class Seen:
 
 
 def _path(name: str) -> str:
-    return f"/apis/{GROUP}/{VERSION}/{WORKERSTATUS_PLURAL}/{name}"
+    return f"{WORKERSTATUSES_PATH}/{name}"
 
 
 def _read(api: client.ApiClient, name: str, not_older_than: str) -> dict[str, Any]:
@@ -398,8 +399,7 @@ def create_worker_status(api: client.ApiClient, node: str, gpu: Gpu) -> bool:
         "spec": {"nodeName": node, "gpu": gpu.as_status()},
     }
     try:
-        call(api, "POST", f"/apis/{GROUP}/{VERSION}/{WORKERSTATUS_PLURAL}", body,
-             timeout=_TIMEOUTS)
+        call(api, "POST", WORKERSTATUSES_PATH, body, timeout=_TIMEOUTS)
     except ApiException as error:
         if error.status == 409:
             return False
