@@ -41,6 +41,11 @@ def proofjob_path(namespace: str, name: str) -> str:
     """The API server's path of ProofJob ``namespace/name``."""
     return f"{API_PATH}/namespaces/{namespace}/{PROOFJOB_PLURAL}/{name}"
 
+
+def pods_path(namespace: str, name: str = "") -> str:
+    """The API server's path of namespace ``namespace``'s pods, or of pod ``name`` there."""
+    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
+
 FINALIZER = "kuzk.io/release-worker"
 
 # --- the vocabulary of the status fields, one name for each word ----------------------------

@@ -175,10 +175,11 @@ def worker_status_keys(body: Body) -> dict[Hashable, Body]:
 
 
 def pod_keys(pod: Mapping[str, Any]) -> dict[Hashable, Body]:
-    """Where a pod is filed in the pod index: by job label, by name and by node."""
+    """Where a pod is filed in the pod index: by job label, by name and by node. Its stream
+    hands it in as the caches keep it (``slim``)."""
     meta = pod.get("metadata") or {}
     ns, name = meta.get("namespace", ""), meta.get("name", "")
-    body = slim(pod)
+    body = dict(pod)
     keys: dict[Hashable, Body] = {
         ("job", ns, (meta.get("labels") or {}).get(api.LABEL_JOB, "")): body,
         ("pod", ns, name): body,

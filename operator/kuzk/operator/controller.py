@@ -342,8 +342,8 @@ class Controller:
         created it), or the Refusal when the API server refuses it (400 and 422 invalid,
         403 forbidden: Pod Security admission, a ResourceQuota, RBAC)."""
         try:
-            return call(self.api_client, "POST", f"/api/v1/namespaces/{ns}/pods",
-                        action.manifest, decode=decode_pod)
+            return call(self.api_client, "POST", api.pods_path(ns), action.manifest,
+                        decode=decode_pod)
         except ApiException as e:
             if e.status == 409:
                 return None
@@ -357,8 +357,7 @@ class Controller:
         a namesake has replaced it (409): the decision was made on a pod that is gone."""
         opts = {"preconditions": {"uid": action.uid}}
         try:
-            call(self.api_client, "DELETE", f"/api/v1/namespaces/{ns}/pods/{action.name}", opts,
-                 decode=unread)
+            call(self.api_client, "DELETE", api.pods_path(ns, action.name), opts, decode=unread)
         except ApiException as e:
             if e.status == 409:
                 log.info("pod %s/%s was replaced before its delete (%s); deciding again",

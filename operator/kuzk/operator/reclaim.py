@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kuzk.contract import api
 from kuzk.contract.clock import SYSTEM, Clock
-from kuzk.contract.rawjson import JSON_PATCH, call
+from kuzk.contract.rawjson import JSON_PATCH, METADATA_ONLY, call
 from kuzk.contract.workerstatus import decisions, writes
 from kuzk.operator.caches import decode_pod
 from kuzk.operator.decide.actions import ReleaseWorker
@@ -90,7 +90,7 @@ class Reclaimer:
 
     def read_pod(self, ns: str, name: str) -> Body | None:
         try:
-            return call(self.api_client, "GET", _pod_path(ns, name), decode=decode_pod)
+            return call(self.api_client, "GET", api.pods_path(ns, name), decode=decode_pod)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -112,7 +112,7 @@ class Reclaimer:
                 {"op": "remove", "path": path},
             ]
             try:
-                return call(self.api_client, "PATCH", _pod_path(ns, meta["name"]), patch,
+                return call(self.api_client, "PATCH", api.pods_path(ns, meta["name"]), patch,
                             content_type=JSON_PATCH, decode=decode_pod)
             except ApiException as e:
                 if e.status == 404:
@@ -143,7 +143,7 @@ class Reclaimer:
             log.info("deleting partition pod %s/%s: its ProofJob is gone", ns, name)
             opts = {"preconditions": {"uid": meta["uid"]}}
             try:
-                pod = call(self.api_client, "DELETE", _pod_path(ns, name), opts,
+                pod = call(self.api_client, "DELETE", api.pods_path(ns, name), opts,
                            decode=decode_pod)
             except ApiException as e:
                 if e.status in (404, 409):
@@ -163,7 +163,8 @@ class Reclaimer:
         """Whether the pod's owner still exists: one read, only for a pod about to be deleted
         because the cache does not know its job."""
         try:
-            job = call(self.api_client, "GET", api.proofjob_path(ns, owner.get("name", "")))
+            job = call(self.api_client, "GET", api.proofjob_path(ns, owner.get("name", "")),
+                       accept=METADATA_ONLY)
         except ApiException as e:
             if e.status == 404:
                 return False
@@ -198,7 +199,3 @@ class Reclaimer:
             log.info("retired WorkerStatus %s of the per-node kind: no lane is on it; its"
                      " counters go to the ledger", name)
         return released
-
-
-def _pod_path(ns: str, name: str) -> str:
-    return f"/api/v1/namespaces/{ns}/pods/{name}"
