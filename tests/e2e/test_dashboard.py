@@ -2,8 +2,8 @@
 
 Against the real control plane with the real operator and prover, two lanes per GPU: a GPU
 card shows its lanes and what they hold in memory, a line per node its lanes' memory beside its
-allocatable memory, a partition past its GPU phase has the committing colour, the job's grid
-turns all done, a 60-character job name shows whole, and once the server stops the last render
+allocatable memory, a partition past its GPU phase (its prover held there by a gate) has the
+committing colour while others turn done, the job's grid turns all done, a 60-character job name shows whole, and once the server stops the last render
 stays with a "stale since" marker.
 
 With 10,000 jobs of 16 partitions on 64 nodes x 8 GPUs (the status server's view fed those
@@ -35,12 +35,14 @@ import pytest
 from aiohttp import web
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
+from kuzk.contract import api
 from kuzk.status.app import make_app
 from kuzk.status.query import Query
 from kuzk.status.view import RESOURCES, StatusView
 from testenv.cluster import Cluster
 from testenv.controlplane import free_port
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
+from tests.integration.operator.test_worker_truth import Gates
 
 # The status tests' fixtures ``operator`` and ``plan`` (with ``prover_account``, which
 # ``operator`` uses), made available to this module.
@@ -84,7 +86,12 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
     assert len(JOB) == 60
     cluster = kuzk_installed
     nodes(2, gpus=2, replicas=2)
-    operator(real_prover=True)
+    # Partition 0's prover (the real one) waits after it gave its GPU up, committing, until the
+    # page has shown it so: NumPy commits in tens of milliseconds, less than a poll.
+    held = api.pod_name(JOB, 0, 1)
+    gates = Gates(tmp_path / "gates")
+    gates.set(**{held: ["committing"]})
+    operator(*gates.command())
     with running(cluster, tmp_path / "status.log", "--namespace", namespace) as server:
         page = browser.new_page()
         page.goto(server.url + "/")
@@ -108,22 +115,22 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
         # A node's GPUs are those its lanes joined: the other node's pods may not have yet.
         expect(node_lines.first).to_have_text(
             re.compile(r"2 GPUs · \d+ lanes · .* of 64\.0 GiB allocatable$"), timeout=60_000)
-        # At circuitLog2 21 the commitment after the GPU phase takes seconds: a poll sees it,
-        # in a colour of its own.
-        committing = page.locator(".grid .cell.s-committing")
-        expect(committing.first).to_be_attached(timeout=120_000)
-        colours = page.evaluate("""() => ["committing", "gpu"].map(s => {
-            const cell = document.querySelector(`#legend .cell.s-${s}`);
-            return getComputedStyle(cell).backgroundColor; })""")
-        assert colours[0] != colours[1], colours
-        # 8 partitions on 4 GPUs: the first wave's cells turn done while the second proves.
-        # A poll showing both at once is not waited for: CI once saw none in 120 s (cause
-        # unknown; a failure now reports the cluster's state). The checks below still fail
-        # if the page stops following the job.
+        # Partition 0 past its GPU phase, held committing: its cell in a colour of its own.
+        p0 = page.locator(".grid .cell").first
+        expect(p0).to_have_text("0")
+        expect(p0).to_have_attribute("data-state", "committing", timeout=120_000)
+        colours = p0.evaluate("""p0 => [p0, ...["committing", "gpu"].map(
+            s => document.querySelector(`#legend .cell.s-${s}`))].map(
+            cell => getComputedStyle(cell).backgroundColor)""")
+        assert colours[0] == colours[1] != colours[2], colours
+        # The GPU it gave up proves the others meanwhile: cells turn done beside it.
         expect(page.locator(".grid .cell.s-done").first).to_be_attached(timeout=120_000)
+        expect(p0).to_have_attribute("data-state", "committing")
         shot = artifacts / "dashboard-running.png"
         page.screenshot(path=str(shot), full_page=True)
         record_property("screenshot_running", str(shot))
+        assert gates.waiting() == {(held, "committing")}
+        gates.release(held, "committing")
 
         job_id = f"{namespace}/{JOB}"
         grid = page.locator(f'article.job[data-job="{job_id}"]')
