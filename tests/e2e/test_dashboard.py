@@ -1,10 +1,11 @@
 """The dashboard in a real headless browser (Playwright driving Debian's Chromium).
 
-Against the real control plane with the real operator and prover, two lanes per GPU: a GPU
-card shows its lanes and what they hold in memory, a line per node its lanes' memory beside its
-allocatable memory, a partition past its GPU phase (its prover held there by a gate) has the
-committing colour while others turn done, the job's grid turns all done, a 60-character job name shows whole, and once the server stops the last render
-stays with a "stale since" marker.
+Against the real control plane with the real operator and prover, two lanes per GPU (partition
+0's prover held by gates in its GPU phase, then committing, until the page has shown it there):
+a GPU card shows its lanes and what they hold in memory, a line per node its lanes' memory
+beside its allocatable memory, a partition past its GPU phase has the committing colour while
+others turn done, the job's grid turns all done, a 60-character job name shows whole, and once
+the server stops the last render stays with a "stale since" marker.
 
 With 10,000 jobs of 16 partitions on 64 nodes x 8 GPUs (the status server's view fed those
 objects directly: writing them to a control plane would take minutes): the first render shows
@@ -86,11 +87,12 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
     assert len(JOB) == 60
     cluster = kuzk_installed
     nodes(2, gpus=2, replicas=2)
-    # Partition 0's prover (the real one) waits after it gave its GPU up, committing, until the
-    # page has shown it so: NumPy commits in tens of milliseconds, less than a poll.
+    # Partition 0's prover (the real one) waits at two gates until the page has shown it there:
+    # inside the GPU phase, and after it gave the GPU up, committing (NumPy commits in tens of
+    # milliseconds at circuitLog2 21, less than a poll).
     held = api.pod_name(JOB, 0, 1)
     gates = Gates(tmp_path / "gates")
-    gates.set(**{held: ["committing"]})
+    gates.set(**{held: ["gpu", "committing"]})
     operator(*gates.command())
     with running(cluster, tmp_path / "status.log", "--namespace", namespace) as server:
         page = browser.new_page()
@@ -98,23 +100,21 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
         expect(page.locator("#freshness")).to_have_attribute("data-state", "live")
         apply_job(cluster, namespace, proofjob(JOB, partitions=8, circuitLog2=21))
 
-        # A card with lanes (waiting or gpu) is what a 1.5 s poll catches: at circuitLog2 21 a
-        # pod's lane lives for seconds (at 18 a whole wave could pass between two polls).
-        busy = page.locator("article.card.waiting, article.card.gpu")
-        expect(busy.first).to_be_attached(timeout=120_000)
-        card = busy.first.inner_text()
-        assert re.search(r"snap-update-\S* P\d+ · (starting|synthesizing|synth_done|waiting for"
-                         r" GPU|gpu|committing)", card), card
+        # Partition 0's GPU card: its lane holds the GPU phase.
+        busy = page.locator("article.card.gpu", has_text=re.compile(r"-0042 P0 · gpu"))
+        expect(busy).to_be_attached(timeout=120_000)
         # Each lane's prover measured its memory on its first write: a card line and a node
         # line with the figures (NumPy: no device memory).
         memory = re.compile(r"^\d+ synthesizing · \d+ waiting for GPU · host [\d.]+ [KMG]iB"
                             r" · device 0 B$")
-        expect(busy.first.locator(".memory")).to_have_text(memory)
+        expect(busy.locator(".memory").first).to_have_text(memory)
         node_lines = page.locator("#nodes li.node")
         expect(node_lines).to_have_count(2)
         # A node's GPUs are those its lanes joined: the other node's pods may not have yet.
         expect(node_lines.first).to_have_text(
             re.compile(r"2 GPUs · \d+ lanes · .* of 64\.0 GiB allocatable$"), timeout=60_000)
+        assert gates.waiting() == {(held, "gpu")}
+        gates.release(held, "gpu")
         # Partition 0 past its GPU phase, held committing: its cell in a colour of its own.
         p0 = page.locator(".grid .cell").first
         expect(p0).to_have_text("0")
