@@ -213,21 +213,22 @@ class Written:
 @dataclass
 class Calls:
     """API requests in one window of the audit log: by component and call ("verb resource",
-    a subresource after a slash), the 409 Conflicts among them, and the WorkerStatus writes
-    that succeeded, one by one."""
+    a subresource after a slash), the 409 Conflicts among them, those the API server's
+    priority and fairness turned away (429 Too Many Requests: the client tries again, a
+    request more), and the WorkerStatus writes that succeeded, one by one."""
 
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     conflicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    throttled: Counter[tuple[str, str]] = field(default_factory=Counter)
     written: list[Written] = field(default_factory=list)
 
     def add(self, other: Calls, who: str) -> None:
         """Add ``other``'s requests of component ``who``."""
-        for key, n in other.calls.items():
-            if key[0] == who:
-                self.calls[key] += n
-        for key, n in other.conflicts.items():
-            if key[0] == who:
-                self.conflicts[key] += n
+        for mine, theirs in ((self.calls, other.calls), (self.conflicts, other.conflicts),
+                             (self.throttled, other.throttled)):
+            for key, n in theirs.items():
+                if key[0] == who:
+                    mine[key] += n
 
     def of(self, who: str) -> Counter[str]:
         return Counter({call: n for (c, call), n in self.calls.items() if c == who})
@@ -244,6 +245,8 @@ class Calls:
         code = int((event.get("responseStatus") or {}).get("code") or 0)
         if code == 409:
             self.conflicts[key] += 1
+        elif code == 429:
+            self.throttled[key] += 1
         elif code < 300 and is_write(key[1]) and on_workerstatus(key[1]):
             self.written.append(Written(who, key[1], str(ref.get("name", "")),
                                         str(ref.get("resourceVersion", ""))))
@@ -502,8 +505,8 @@ class Cost:
 
     def figures(self) -> Figures:
         """Per attempt, flat: ``writes|<component>|<call>``, ``409|<component>|<call>``,
-        ``reads|<component>|<call>``, ``cpu_ms|<process>``, ``events|<resource>`` (the
-        operator's), ``apiserver_events|<resource>`` (all watchers'),
+        ``429|<component>|<call>``, ``reads|<component>|<call>``, ``cpu_ms|<process>``,
+        ``events|<resource>`` (the operator's), ``apiserver_events|<resource>`` (all watchers'),
         ``apiserver_event_bytes|<resource>``, ``etcd_wal_bytes``, ``etcd_puts``,
         ``ws_kind|<component>|<kind>`` (WorkerStatus writes by what they moved) and
         ``not_moves`` (those that moved no lane); and, not per attempt, ``attempts``,
@@ -519,6 +522,8 @@ class Cost:
             out[f"{'writes' if is_write(call) else 'reads'}|{who}|{call}"] = count / n
         for (who, call), count in self.calls.conflicts.items():
             out[f"409|{who}|{call}"] = count / n
+        for (who, call), count in self.calls.throttled.items():
+            out[f"429|{who}|{call}"] = count / n
         for process, seconds in self.cpu_s.items():
             out[f"cpu_ms|{process}"] = seconds * 1000 / n
         for resource, count in (self.operator_events or {}).items():

@@ -191,6 +191,16 @@ def _per_attempt(result: Obj) -> None:
              fj.get(f"409|{who_call}", 0.0))
     if not conflicted:
         print("    none")
+    print("  429 Too Many Requests by component and call (the API server's priority and "
+          "fairness turned them away; each is tried again)")
+    throttled = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
+                        if key.startswith("429|")})
+    for who_call in throttled:
+        who, call = who_call.split("|")
+        _row(f"  {who:<20} {call}", fk.get(f"429|{who_call}", 0.0),
+             fj.get(f"429|{who_call}", 0.0))
+    if not throttled:
+        print("    none")
     print("  WorkerStatus writes that succeeded, by writer and what each moved (a watch's "
           "change, told by the audit entry's resourceVersion)")
     kinds = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f

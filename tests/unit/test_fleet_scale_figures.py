@@ -90,10 +90,11 @@ def test_each_request_is_told_by_its_user_or_its_agent(user: str, agent: str, wh
     assert component(event("create", "pods", user, agent=agent), USERS, ADMIN) == who
 
 
-def test_calls_count_writes_and_their_conflicts_by_component_and_call() -> None:
+def test_calls_count_writes_their_conflicts_and_refusals_by_component_and_call() -> None:
     calls = Calls()
     for e in (event("update", "workerstatuses", PROVER_USER, subresource="status"),
               event("update", "workerstatuses", PROVER_USER, subresource="status", code=409),
+              event("patch", "pods", KUBELET_USER, subresource="status", code=429),
               event("create", "pods", OPERATOR_USER, code=409),
               event("watch", "pods", OPERATOR_USER, stage="ResponseStarted"),
               # a watch's end and a write's start are the same request again
@@ -101,16 +102,24 @@ def test_calls_count_writes_and_their_conflicts_by_component_and_call() -> None:
               event("create", "pods", OPERATOR_USER, stage="ResponseStarted")):
         calls.add_event(e, component(e, USERS, ADMIN))
     assert calls.calls == Counter({(PROVERS, "update workerstatuses/status"): 2,
+                                   (KUBELET, "patch pods/status"): 1,
                                    (OPERATOR, "create pods"): 1,
                                    (OPERATOR, "watch pods"): 1})
     assert calls.conflicts == Counter({(PROVERS, "update workerstatuses/status"): 1,
                                        (OPERATOR, "create pods"): 1})
+    # turned away by the API server's priority and fairness: a request, neither a write nor
+    # a conflict
+    assert calls.throttled == Counter({(KUBELET, "patch pods/status"): 1})
     # the successful WorkerStatus write, with the version it was made on
     assert calls.written == [Written(PROVERS, "update workerstatuses/status", "node-a", "")]
     mine = Calls()
     mine.add(calls, OPERATOR)
     assert mine.of(OPERATOR) == Counter({"create pods": 1, "watch pods": 1})
-    assert not mine.of(PROVERS)
+    assert mine.conflicts == Counter({(OPERATOR, "create pods"): 1})
+    assert not mine.of(PROVERS) and not mine.throttled
+    theirs = Calls()
+    theirs.add(calls, KUBELET)
+    assert theirs.throttled == calls.throttled
 
 
 def test_the_audit_policy_records_every_write_and_all_of_the_watched_users() -> None:
@@ -126,7 +135,8 @@ def cost(**overrides: Any) -> Cost:
                        (OPERATOR, "create pods"): 2, (OPERATOR, "patch pods"): 2,
                        (KUBELET, "patch pods/status"): 6, (BENCH, "create proofjobs"): 1,
                        (OPERATOR, "watch pods"): 1}),
-        conflicts=Counter({(PROVERS, "update workerstatuses/status"): 1}))
+        conflicts=Counter({(PROVERS, "update workerstatuses/status"): 1}),
+        throttled=Counter({(KUBELET, "patch pods/status"): 2}))
     values: dict[str, Any] = {
         "system": KUZK, "attempts": 2, "calls": calls,
         "cpu_s": {OPERATOR: 0.01, "kube-apiserver": 0.1},
@@ -146,6 +156,7 @@ def test_figures_are_per_attempt_and_split_writes_from_reads() -> None:
     figures = cost().figures()
     assert figures["writes|provers|update workerstatuses/status"] == 5.0
     assert figures["409|provers|update workerstatuses/status"] == 0.5
+    assert figures[f"429|{KUBELET}|patch pods/status"] == 1.0
     assert figures["reads|operator|watch pods"] == 0.5
     assert "writes|operator|watch pods" not in figures
     assert figures["cpu_ms|operator"] == pytest.approx(5.0)
