@@ -327,14 +327,18 @@ def test_sigkilled_prover_is_released_by_the_finalizer(cluster: Cluster, namespa
 
 
 def test_a_lane_waiting_behind_a_sigkilled_holder_gets_the_gpu(
-        cluster: Cluster, namespace: str, nodes, run_operator) -> None:
+        cluster: Cluster, namespace: str, nodes, run_operator, tmp_path: Path) -> None:
     """One GPU with two lanes: the holder of the GPU phase is SIGKILLed while the other lane
     waits for it; the operator's finalizer release (at the latest its sweep) frees the GPU
-    phase, the waiter holds it next, and the killed partition is retried."""
+    phase, the waiter holds it next, and the killed partition is retried. Both first
+    attempts' provers wait at a gate inside their GPU phase, so the holder is killed in it
+    and the waiter is seen holding it."""
     kubelet = nodes(1, gpus=1, replicas=2)
     node = next(iter(kubelet.nodes))
     name = worker_status_name(node, kubelet.nodes[node].gpu_uuids()[0])
-    run_operator(*REAL_PROVER)
+    gates = Gates(tmp_path / "gates")
+    gates.set(**{api.pod_name("queue", p, 1): ["gpu"] for p in (0, 1)})
+    run_operator(*gates.command())
     custom = client.CustomObjectsApi(cluster.api)
 
     def worker() -> dict[str, Any]:
@@ -354,14 +358,17 @@ def test_a_lane_waiting_behind_a_sigkilled_holder_gets_the_gpu(
                    if lane.get("readyAt") and lane["pod"]["uid"] != held]
         return (held, waiting[0]) if held and waiting else None
 
-    apply_job(cluster, namespace, proofjob("queue", partitions=2, circuitLog2=22))
-    held, waiter = wait_for(holder_and_waiter, 120, "one lane holding, the other waiting",
-                            interval=0.02)
+    apply_job(cluster, namespace, proofjob("queue", partitions=2, circuitLog2=20))
+    held, waiter = wait_for(holder_and_waiter, 120, "one lane holding, the other waiting")
     pid = _pid_of(kubelet, held)
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)
     wait_for(lambda: (worker().get("holder") or {}).get("pod", {}).get("uid") == waiter,
              SWEEP_SECONDS + 15, "the waiting lane holding the GPU phase")
+    waiting_pod = kubelet.runners[waiter].name
+    # the killed holder's gate stays reached: it never went on
+    wait_for(lambda: (waiting_pod, "gpu") in gates.waiting(), 60, "the waiter at its gate")
+    gates.release(waiting_pod, "gpu")
     job = wait_job(cluster, namespace, "queue", "Succeeded", timeout=240)
     attempts = sorted(p["attempt"] for p in job["status"]["partitions"])
     assert attempts == [1, 2], "the killed partition was retried"
