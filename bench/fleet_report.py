@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 from fleet_measure import (
     JOB,
@@ -17,6 +19,7 @@ from fleet_measure import (
     PROVERS,
     UNSEEN,
     WORKERSTATUS,
+    Figures,
     Obj,
     by_prefix,
     on_workerstatus,
@@ -46,6 +49,21 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 
 def _verdict(ok: bool | None) -> str:
     return "unknown" if ok is None else "met" if ok else "MISSED"
+
+
+def _by_component(fk: Figures, fj: Figures, prefix: str, heading: str,
+                  order: Callable[[str], Any] | None = None) -> None:
+    """Under ``heading``, a line per ``<prefix>|<component>|<what>`` figure (a call, or what a
+    write moved), each system's beside the other's; "none" when neither has one."""
+    print(f"  {heading}")
+    keys = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
+                   if key.startswith(f"{prefix}|")}, key=order)
+    for who_what in keys:
+        who, what = who_what.split("|")
+        _row(f"  {who:<20} {what}", fk.get(f"{prefix}|{who_what}", 0.0),
+             fj.get(f"{prefix}|{who_what}", 0.0))
+    if not keys:
+        print("    none")
 
 
 def _row(label: str, k: float | None, j: float | None, goal: str = "",
@@ -182,36 +200,13 @@ def _per_attempt(result: Obj) -> None:
     c_goal = GOALS["ws_conflicts_per_attempt"]
     _row("WorkerStatus 409 Conflicts", ws_409, total(fj, "409", call=on_workerstatus),
          f"<= {c_goal:g}: {_verdict(ws_409 <= c_goal)}")
-    print("  409 Conflicts by component and call (audit log's responseStatus)")
-    conflicted = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
-                         if key.startswith("409|")})
-    for who_call in conflicted:
-        who, call = who_call.split("|")
-        _row(f"  {who:<20} {call}", fk.get(f"409|{who_call}", 0.0),
-             fj.get(f"409|{who_call}", 0.0))
-    if not conflicted:
-        print("    none")
-    print("  429 Too Many Requests by component and call (the API server's priority and "
-          "fairness turned them away; each is tried again)")
-    throttled = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
-                        if key.startswith("429|")})
-    for who_call in throttled:
-        who, call = who_call.split("|")
-        _row(f"  {who:<20} {call}", fk.get(f"429|{who_call}", 0.0),
-             fj.get(f"429|{who_call}", 0.0))
-    if not throttled:
-        print("    none")
-    print("  WorkerStatus writes that succeeded, by writer and what each moved (a watch's "
-          "change, told by the audit entry's resourceVersion)")
-    kinds = sorted({key.split("|", 1)[1] for f in (fk, fj) for key in f
-                    if key.startswith("ws_kind|")},
-                   key=lambda k: (k.split("|")[0], _kind_order(k.split("|")[1])))
-    for who_kind in kinds:
-        who, kind = who_kind.split("|")
-        _row(f"  {who:<20} {kind}", fk.get(f"ws_kind|{who_kind}", 0.0),
-             fj.get(f"ws_kind|{who_kind}", 0.0))
-    if not kinds:
-        print("    none")
+    _by_component(fk, fj, "409", "409 Conflicts by component and call (audit log's "
+                  "responseStatus)")
+    _by_component(fk, fj, "429", "429 Too Many Requests by component and call (the API "
+                  "server's priority and fairness turned them away; each is tried again)")
+    _by_component(fk, fj, "ws_kind", "WorkerStatus writes that succeeded, by writer and what "
+                  "each moved (a watch's change, told by the audit entry's resourceVersion)",
+                  order=lambda k: (k.split("|")[0], _kind_order(k.split("|")[1])))
     not_moves = fk.get("not_moves", 0.0)
     _row("writes that moved no lane (heartbeats)", not_moves,
          fj.get("not_moves", 0.0),

@@ -54,7 +54,7 @@ from fleet_projection import (  # noqa: E402
     Fleet,
     projection,
 )
-from fleet_report import _rounds, _shards  # noqa: E402
+from fleet_report import _by_component, _rounds, _shards  # noqa: E402
 
 OPERATOR_USER = "system:serviceaccount:kuzk-bench:bench-kuzk-operator"
 PROVER_USER = "system:serviceaccount:kuzk-bench:kuzk-prover"
@@ -417,3 +417,16 @@ def test_the_rounds_table_gives_each_rounds_own_cpu_ratios(
                                 "kubelet", "first"]
     assert lines[2].split() == ["1", "30.0", "15.0", "2.00", "1.80", "2.00", "1.20", "kuzk"]
     assert lines[3].split() == ["2", "28.0", "14.0", "2.00", "2.00", "2.00", "1.00", "job"]
+
+
+def test_the_report_lists_the_refused_requests_by_component_and_call(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    kuzk = cost().figures()
+    _by_component(kuzk, {}, "429", "429 Too Many Requests")
+    _by_component({}, {}, "429", "429 Too Many Requests")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines] == [
+        ["429", "Too", "Many", "Requests"],
+        [KUBELET, "patch", "pods/status", "1.00", "0.00"],
+        ["429", "Too", "Many", "Requests"],
+        ["none"]]
