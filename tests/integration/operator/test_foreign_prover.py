@@ -258,29 +258,38 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _holding(cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
-             monkeypatch: pytest.MonkeyPatch, job: str) -> tuple[Any, str, dict[str, Any]]:
-    """A one-partition job of the shell prover on one GPU, once its lane holds the GPU
-    phase: the kubelet, the node and that lane."""
-    monkeypatch.setenv("PROVER_SYNTH_SECONDS", "0")
-    monkeypatch.setenv("PROVER_GPU_SECONDS", "2")
+HOLD = """set -e
+kuzk-lane stage synthesizing
+kuzk-lane acquire
+gate hold
+kuzk-lane release-gpu
+echo '{"commitment": "0xc0ffee"}' | kuzk-lane result -"""
+
+
+def _holding(cluster: Cluster, namespace: str, nodes: Any, run_operator: Any, steps: Path,
+             job: str) -> tuple[Any, str, dict[str, Any]]:
+    """A one-partition job of a shell prover on one GPU that waits at gate ``hold`` inside
+    its GPU phase until the test creates ``steps/hold`` (then its retry goes through at
+    once), once its lane holds the phase: the kubelet, the node and that lane."""
     kubelet = nodes(1, gpus=1)
     node = next(iter(kubelet.nodes))
-    run_operator(*under_agent("sh", str(SCRIPT)))
+    steps.mkdir()
+    run_operator(*_gated(steps, HOLD))
     apply_job(cluster, namespace, proofjob(job, partitions=1))
-    lane = wait_for(lambda: _lane(cluster, node, "gpu"), 120, "the prover holding the GPU",
-                    interval=0.02)
+    lane = wait_for(lambda: (steps / "at-hold").exists() and _lane(cluster, node, "gpu"), 120,
+                    "the prover holding the GPU phase")
     return kubelet, node, lane
 
 
 def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
         cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    kubelet, node, first = _holding(cluster, namespace, nodes, run_operator, monkeypatch,
-                                    "killed")
+        tmp_path: Path) -> None:
+    steps = tmp_path / "steps"
+    kubelet, node, first = _holding(cluster, namespace, nodes, run_operator, steps, "killed")
     assert first["holder"]["pod"]["uid"] == first["pod"]["uid"]
     (prover,) = _children(_agent_pid(kubelet, first["pod"]["uid"]))
     os.kill(prover, signal.SIGKILL)
+    (steps / "hold").touch()
 
     second = wait_for(lambda: _lane(cluster, node, attempt=2), 120, "the retried partition")
     assert second["pod"]["uid"] != first["pod"]["uid"]
@@ -298,12 +307,14 @@ def test_a_prover_killed_while_holding_is_released_by_its_agent_and_retried(
 
 def test_a_killed_agent_fails_its_pod_and_the_finalizer_frees_its_lane(
         cluster: Cluster, namespace: str, nodes: Any, run_operator: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    kubelet, node, first = _holding(cluster, namespace, nodes, run_operator, monkeypatch,
-                                    "orphan")
+        tmp_path: Path) -> None:
+    steps = tmp_path / "steps"
+    kubelet, node, first = _holding(cluster, namespace, nodes, run_operator, steps, "orphan")
     agent = _agent_pid(kubelet, first["pod"]["uid"])
     (prover,) = _children(agent)
     os.kill(agent, signal.SIGKILL)
+    # The retry goes through; the orphaned prover, let go too, finds no agent to call.
+    (steps / "hold").touch()
     try:
         wait_for(lambda: (lane := _lane(cluster, node)) is None
                  or lane["pod"]["uid"] != first["pod"]["uid"], 60,
@@ -370,12 +381,7 @@ def test_a_prover_stopped_while_holding_loses_the_gpu_phase_within_90_s(
     node = next(iter(kubelet.nodes))
     steps = tmp_path / "steps"
     steps.mkdir()
-    run_operator(*_gated(steps, """set -e
-kuzk-lane stage synthesizing
-kuzk-lane acquire
-gate hold
-kuzk-lane release-gpu
-echo '{"commitment": "0xc0ffee"}' | kuzk-lane result -"""))
+    run_operator(*_gated(steps, HOLD))
     apply_job(cluster, namespace, proofjob("stopped", partitions=1))
     first = wait_for(lambda: (steps / "at-hold").exists() and _lane(cluster, node, "gpu"),
                      120, "the prover holding the GPU phase")
