@@ -51,3 +51,20 @@ def test_the_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: bool, 
 def test_nothing_usable_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises((config.ConfigException, OSError)):
         host(tmp_path, monkeypatch, False, False, False)
+
+
+def test_a_request_does_not_look_for_a_proxy_again(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loaders' refresh hook assigns the host before every request; the proxy the
+    environment gave at load time stays, without reading the environment again."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    configuration = client.Configuration()
+    load_config(configuration, str(kubeconfig(tmp_path / "flag", "https://flag:1")))
+    assert configuration.proxy == "http://proxy:3128"
+    looked: list[int] = []
+    monkeypatch.setattr("kubernetes.client.configuration.getproxies",
+                        lambda: looked.append(1) or {})
+    assert configuration.refresh_api_key_hook is not None
+    assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer t"
+    assert (looked, configuration.proxy, configuration.host) == (
+        [], "http://proxy:3128", "https://flag:1")
