@@ -3,7 +3,10 @@ synced and deleted, its runtime ends empty and the objects it holds stay flat.
 
 The measure is exact (live Python objects after a full collection, taken once Kopf's
 per-object workers of the batch have exited), so the 400 measured jobs catch a leak of a
-single object per job (they grew by 211 objects without one). About a minute on two cores.
+single object per job (they grew by 211 objects without one). A stretch that grew by 400 or
+more is measured once more, over 400 new jobs: a leak grows in every stretch, while the
+runtime's own pools and the event loop's cancelled timers, which one stretch can catch on the
+rise (CI once saw 406 more: weakrefs, closures, locks), do not. About a minute on two cores.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tests.integration.operator.conftest import InProcessOperator, proofjob
 pytestmark = pytest.mark.worker("long")
 
 JOBS, BATCH, WARMUP = 600, 100, 200
+MEASURED = JOBS - WARMUP
 
 
 def test_memory_is_flat_over_600_created_and_deleted_jobs(
@@ -74,16 +78,21 @@ def test_memory_is_flat_over_600_created_and_deleted_jobs(
         gc.collect()
         return Counter(type(o).__name__ for o in gc.get_objects())
 
+    def stretch(first: int) -> tuple[int, list[tuple[str, int]]]:
+        """How many more live objects after MEASURED jobs from ``first``, and of which types."""
+        before = settled_objects()
+        for start in range(first, first + MEASURED, BATCH):
+            batch(start)
+        after = settled_objects()
+        return after.total() - before.total(), (after - before).most_common(8)
+
     try:
         for start in range(0, WARMUP, BATCH):
             batch(start)
-        before = settled_objects()
-        for start in range(WARMUP, JOBS, BATCH):
-            batch(start)
-        after = settled_objects()
+        grown, top = stretch(WARMUP)
+        if grown >= MEASURED:
+            grown, top = stretch(JOBS)
     finally:
         pool.shutdown()
     assert held() == (0, 0, 0)
-    grown = after.total() - before.total()
-    top = (after - before).most_common(8)
-    assert grown < JOBS - WARMUP, f"{grown} more live objects after {JOBS - WARMUP} jobs: {top}"
+    assert grown < MEASURED, f"{grown} more live objects after {MEASURED} jobs: {top}"
