@@ -42,6 +42,7 @@ from kuzk.status.query import Query
 from kuzk.status.view import RESOURCES, StatusView
 from testenv.cluster import Cluster
 from testenv.controlplane import free_port
+from testenv.waiting import wait_for
 from tests.integration.operator.conftest import apply_job, proofjob, wait_job
 from tests.integration.operator.test_worker_truth import Gates
 
@@ -113,7 +114,8 @@ def test_dashboard_shows_the_fleet_live_and_keeps_it_when_stale(
         # A node's GPUs are those its lanes joined: the other node's pods may not have yet.
         expect(node_lines.first).to_have_text(
             re.compile(r"2 GPUs · \d+ lanes · .* of 64\.0 GiB allocatable$"), timeout=60_000)
-        assert gates.waiting() == {(held, "gpu")}
+        # its prover writes the gate's file just after the write the page has shown
+        wait_for(lambda: gates.waiting() == {(held, "gpu")}, 10, "partition 0 at its gpu gate")
         gates.release(held, "gpu")
         # Partition 0 past its GPU phase, held committing: its cell in a colour of its own.
         p0 = page.locator(".grid .cell").first

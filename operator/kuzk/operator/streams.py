@@ -158,7 +158,7 @@ class Streams:
             runtime.on_worker_status(event, (body.get("metadata") or {}).get("name", ""), body)
 
         self.streams = [
-            *(stream(PODS, f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods",
+            *(stream(PODS, api.pods_path(ns) if ns else "/api/v1/pods",
                      pods, runtime.on_pod, params(POD_SELECTOR), namespace=ns,
                      shape=POD_SHAPE)
               for ns in pod_scopes),
